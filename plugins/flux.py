@@ -1,0 +1,15 @@
+"""Flux plugin: placeholder until its implementation lands (see the issue on MPI and gang scheduling)."""
+
+from __future__ import annotations
+
+from trainer.api.runtime import TrainingRuntimeSpec
+
+
+class FluxPlugin:
+    name = "Flux"
+
+    def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
+        return spec.ml_policy is not None and spec.ml_policy.flux is not None
+
+
+plugin = FluxPlugin()

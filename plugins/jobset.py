@@ -1,0 +1,301 @@
+"""JobSet: turns the runtime's template into the JobSet that runs the TrainJob, and reads its status.
+
+Also owns the runtime snapshot ConfigMap, which pins the runtime a TrainJob started with, and the
+admission checks on initializers and runtimePatches (they are about the JobSet template).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from trainer.admission.errors import FieldError, forbidden, internal, invalid
+from trainer.api import constants as c
+from trainer.api.quantity import resource_list_canonical
+from trainer.api.runtime import TrainingRuntimeSpec
+from trainer.runtime.hookspecs import hookimpl
+from trainer.runtime.info import Facts, Info, PodSet, ValidationContext
+from trainer.runtime.podspec import find, upsert_env
+from trainer.runtime.snapshot import snapshot_configmap
+
+Obj = dict[str, Any]
+
+# host/path with host a DNS-1123 subdomain: what upstream accepts as a runtime patch manager.
+_MANAGER = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$"
+)
+_ENVLESS_CONTAINERS = (c.DATASET_INITIALIZER, c.MODEL_INITIALIZER, c.NODE)
+
+
+class JobSetPlugin:
+    name = "JobSet"
+
+    def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
+        return True
+
+    # --- admission ---
+
+    @hookimpl
+    def trainer_validate(self, ctx: ValidationContext) -> list[FieldError] | None:
+        errors: list[FieldError] = []
+        spec = ctx.trainjob.spec
+        template = ctx.info.jobset_spec if ctx.info else (ctx.runtime.spec.template.spec or {})
+        initializer = spec.initializer
+        if initializer is not None:
+            if initializer.dataset is not None:
+                errors += _check_initializer(template, c.DATASET_INITIALIZER, "datasetConfig", spec.runtime_ref.name)
+            if initializer.model is not None:
+                errors += _check_initializer(template, c.MODEL_INITIALIZER, "modelConfig", spec.runtime_ref.name)
+        for i, patch in enumerate(spec.runtime_patches or []):
+            if not _MANAGER.match(patch.manager):
+                errors.append(
+                    invalid(
+                        f"spec.runtimePatches[{i}].manager",
+                        patch.manager,
+                        'must be a domain-prefixed path (such as "acme.io/foo")',
+                    )
+                )
+            errors += _check_patch_targets(ctx, i)
+        if ctx.old is not None:
+            errors += _check_patch_update(ctx)
+        return errors or None
+
+    # --- phases ---
+
+    @hookimpl
+    def trainer_pre_build_sync(self, info: Info) -> None:
+        subdomain = (info.jobset_spec.get("network") or {}).get("subdomain") or info.name
+        for pod_set in info.pod_sets:
+            pod_set.endpoints = [
+                f"{info.name}-{pod_set.name}-{r}-{p}.{subdomain}"
+                for r in range(pod_set.replicas)
+                for p in range(pod_set.count)
+            ]
+            job_spec = pod_set.replicated_job.setdefault("template", {}).setdefault("spec", {})
+            job_spec["parallelism"] = pod_set.count
+            job_spec["completions"] = pod_set.count
+
+    @hookimpl
+    def trainer_build(self, info: Info) -> list[Obj] | None:
+        objects: list[Obj] = []
+        if info.facts.get("ConfigMap", info.namespace, info.name + c.RUNTIME_SNAPSHOT_SUFFIX) is None:
+            objects.append(snapshot_configmap(info))
+        existing = info.facts.get(c.JOBSET_KIND, info.namespace, info.name)
+        if (
+            existing is not None
+            and not info.trainjob.spec.suspend
+            and not (existing.get("spec") or {}).get("suspend")
+        ):
+            return objects  # a running JobSet is never rewritten
+        objects.append(build_jobset(info))
+        return objects
+
+    @hookimpl
+    def trainer_compute_status(self, trainjob: Obj, facts: Facts) -> Obj | None:
+        meta = trainjob.get("metadata") or {}
+        jobset = facts.get(c.JOBSET_KIND, meta.get("namespace") or "default", meta.get("name", ""))
+        if jobset is None:
+            return None
+        return jobset_status(jobset)
+
+
+def build_jobset(info: Info) -> Obj:
+    """The JobSet for the TrainJob, from the template every phase has worked on."""
+    spec = info.jobset_spec
+    trainjob = info.trainjob.spec
+    for pod_set in info.pod_sets:
+        if pod_set.ancestor in (c.DATASET_INITIALIZER, c.MODEL_INITIALIZER):
+            pod_set.replicated_job["replicas"] = 1
+            _apply_initializer(info, pod_set)
+        trainer_env_here = pod_set.ancestor == c.ANCESTOR_TRAINER or (
+            pod_set.name == c.NODE
+            and info.ml_policy is not None
+            and info.ml_policy.mpi is not None
+            and info.ml_policy.mpi.run_launcher_as_node
+        )
+        if pod_set.ancestor == c.ANCESTOR_TRAINER:
+            pod_set.replicated_job["replicas"] = 1
+        node = pod_set.container(c.NODE)
+        if trainjob.trainer is not None and node is not None:
+            if pod_set.ancestor == c.ANCESTOR_TRAINER:
+                _apply_trainer_overrides(info, node)
+            if trainer_env_here and trainjob.trainer.env:
+                upsert_env(node, trainjob.trainer.env)
+        if info.scheduler.pod_labels or info.scheduler.pod_annotations:
+            pod_meta = pod_set.replicated_job["template"]["spec"]["template"].setdefault("metadata", {})
+            if info.scheduler.pod_labels:
+                pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **info.scheduler.pod_labels}
+            if info.scheduler.pod_annotations:
+                pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **info.scheduler.pod_annotations}
+        _canonical_resources(pod_set)
+    spec["suspend"] = trainjob.suspend
+    metadata: Obj = {"name": info.name, "namespace": info.namespace}
+    if info.labels:
+        metadata["labels"] = dict(info.labels)
+    if info.annotations:
+        metadata["annotations"] = dict(info.annotations)
+    metadata["ownerReferences"] = [info.owner_reference()]
+    return {"apiVersion": c.JOBSET_API_VERSION, "kind": c.JOBSET_KIND, "metadata": metadata, "spec": spec}
+
+
+def _apply_initializer(info: Info, pod_set: PodSet) -> None:
+    initializer = info.trainjob.spec.initializer
+    if initializer is None:
+        return
+    source = initializer.dataset if pod_set.ancestor == c.DATASET_INITIALIZER else initializer.model
+    container = pod_set.container(pod_set.ancestor or "")
+    if source is None or container is None:
+        return
+    if source.storage_uri:
+        upsert_env(container, [{"name": c.STORAGE_URI_ENV, "value": source.storage_uri}])
+    if source.env:
+        upsert_env(container, source.env)
+    if source.secret_ref is not None:
+        container.setdefault("envFrom", []).append({"secretRef": {"name": source.secret_ref.name}})
+
+
+def _apply_trainer_overrides(info: Info, node: Obj) -> None:
+    trainer = info.trainjob.spec.trainer
+    assert trainer is not None
+    if trainer.image:
+        node["image"] = trainer.image
+    command = info.trainer_command if info.trainer_command is not None else trainer.command
+    if command is not None:
+        node["command"] = list(command)
+    if trainer.args is not None and not info.trainer_args_cleared:
+        node["args"] = list(trainer.args)
+
+
+def _canonical_resources(pod_set: PodSet) -> None:
+    """DECISIONS.md §9: quantities the SDK sends as numbers are written as Kubernetes strings."""
+    for container in [*(pod_set.pod_spec.get("containers") or []), *(pod_set.pod_spec.get("initContainers") or [])]:
+        resources = container.get("resources")
+        if not resources:
+            continue
+        for key in ("limits", "requests"):
+            if resources.get(key):
+                resources[key] = resource_list_canonical(resources[key])
+
+
+def jobset_status(jobset: Obj) -> Obj:
+    """What the TrainJob's status takes from its JobSet: terminal conditions and per-job counts."""
+    status = jobset.get("status") or {}
+    conditions = []
+    for cond in status.get("conditions") or []:
+        if cond.get("status") != "True":
+            continue
+        if cond.get("type") == "Completed":
+            conditions.append({**cond, "type": c.COND_COMPLETE})
+        elif cond.get("type") == "Failed":
+            conditions.append({**cond, "type": c.COND_FAILED})
+    jobs = [
+        {
+            "name": rj.get("name"),
+            "ready": int(rj.get("ready") or 0),
+            "succeeded": int(rj.get("succeeded") or 0),
+            "failed": int(rj.get("failed") or 0),
+            "active": int(rj.get("active") or 0),
+            "suspended": int(rj.get("suspended") or 0),
+        }
+        for rj in status.get("replicatedJobsStatus") or []
+    ]
+    return {"conditions": conditions, "jobsStatus": jobs}
+
+
+# --- admission helpers ---
+
+
+def _containers_by_job(jobset_spec: Obj) -> dict[str, set[str]]:
+    jobs: dict[str, set[str]] = {}
+    for rjob in jobset_spec.get("replicatedJobs") or []:
+        pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        names = {ct.get("name") for ct in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]}
+        jobs[rjob.get("name", "")] = {n for n in names if n}
+    return jobs
+
+
+def _check_initializer(jobset_spec: Obj, job: str, config: str, runtime: str) -> list[FieldError]:
+    rjob = find(jobset_spec.get("replicatedJobs"), job)
+    if rjob is None:
+        detail = f"must have a {job} job when trainJob is configured with input {config}"
+        return [invalid("spec.runtimeRef", runtime, detail)]
+    pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    container = find([*(pod.get("initContainers") or []), *(pod.get("containers") or [])], job)
+    if container is None:
+        return [invalid("spec.runtimeRef", runtime, f"must have a container named {job} in the {job} job")]
+    if find(container.get("volumeMounts"), c.INITIALIZER_VOLUME) is None:
+        detail = f"must have a volumeMount named {c.INITIALIZER_VOLUME} in container {job} of the {job} job"
+        return [invalid("spec.runtimeRef", runtime, detail)]
+    return []
+
+
+def _check_patch_targets(ctx: ValidationContext, index: int) -> list[FieldError]:
+    """DECISIONS.md §2: a patch that names what the runtime lacks is refused, naming it."""
+    errors: list[FieldError] = []
+    patch = (ctx.trainjob_obj["spec"]["runtimePatches"][index].get("trainingRuntimeSpec") or {}).get("template") or {}
+    runtime_jobs = _containers_by_job((ctx.runtime.spec.template.spec or {}))
+    for j, rjob in enumerate((patch.get("spec") or {}).get("replicatedJobs") or []):
+        path = f"spec.runtimePatches[{index}].trainingRuntimeSpec.template.spec.replicatedJobs[{j}]"
+        name = rjob.get("name", "")
+        if name not in runtime_jobs:
+            errors.append(
+                invalid(f"{path}.name", name, "must not name a replicated job that does not exist in the runtime job template")
+            )
+            continue
+        pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        for field, what in (("initContainers", "an initContainer"), ("containers", "a container")):
+            for k, container in enumerate(pod.get(field) or []):
+                cname = container.get("name", "")
+                cpath = f"{path}.template.spec.template.spec.{field}[{k}]"
+                if cname not in runtime_jobs[name]:
+                    errors.append(
+                        invalid(
+                            f"{cpath}.name",
+                            cname,
+                            f"must not name {what} that does not exist in the runtime job {name}",
+                        )
+                    )
+                elif cname in _ENVLESS_CONTAINERS and container.get("env"):
+                    errors.append(
+                        invalid(
+                            f"{cpath}.env",
+                            None,
+                            "must not have envs for the dataset-initializer, model-initializer, node containers",
+                        )
+                    )
+    return errors
+
+
+def _check_patch_update(ctx: ValidationContext) -> list[FieldError]:
+    assert ctx.old_obj is not None
+    old_patches = ctx.old_obj.get("spec", {}).get("runtimePatches")
+    new_patches = ctx.trainjob_obj.get("spec", {}).get("runtimePatches")
+    if (old_patches or None) == (new_patches or None):
+        return []
+    old_suspended = bool(ctx.old_obj.get("spec", {}).get("suspend"))
+    if not old_suspended and not ctx.trainjob.spec.suspend:
+        return [
+            forbidden(
+                "spec.runtimePatches",
+                "RuntimePatches can only be modified when the TrainJob is suspended before or after the update",
+            )
+        ]
+    jobset = ctx.facts.get(c.JOBSET_KIND, ctx.trainjob.namespace, ctx.trainjob.name)
+    if jobset is None:
+        return []
+    try:
+        statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+        return [
+            forbidden(
+                "spec.runtimePatches",
+                f"RuntimePatches cannot be modified while the JobSet's ReplicatedJob {rj.get('name')} is still active",
+            )
+            for rj in statuses
+            if int(rj.get("active") or 0) > 0
+        ]
+    except (TypeError, ValueError) as exc:
+        return [internal("spec.runtimePatches", f"cannot read the JobSet status: {exc}")]
+
+
+plugin = JobSetPlugin()

@@ -1,0 +1,207 @@
+"""Admission of trainer objects: what the API server and our webhooks together accept.
+
+One pipeline serves ``trainer render``, the operator's webhooks and the local API server:
+hints for seed-style mistakes, then the CRD schema (unknown fields, defaults, OpenAPI and CEL
+rules, transition rules on update), then the webhook rules (the runtime exists, plugin rules).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainer.admission import structural
+from trainer.admission.errors import AdmissionError, FieldError, forbidden, invalid
+from trainer.admission.hints import api_version_hint, hints
+from trainer.api import constants as c
+from trainer.runtime.framework import Framework
+from trainer.runtime.info import Facts, PluginError, ValidationContext
+
+Obj = dict[str, Any]
+
+KINDS = (c.TRAINJOB_KIND, c.TRAINING_RUNTIME_KIND, c.CLUSTER_TRAINING_RUNTIME_KIND)
+_ANCESTOR_CONTAINERS = {
+    c.ANCESTOR_TRAINER: c.NODE,
+    c.DATASET_INITIALIZER: c.DATASET_INITIALIZER,
+    c.MODEL_INITIALIZER: c.MODEL_INITIALIZER,
+}
+
+
+@cache
+def schemas() -> dict[str, Any]:
+    import trainer.crds
+
+    path = Path(trainer.crds.__file__).with_name("openapi.json")
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def check_schema(obj: Obj, old: Obj | None) -> Obj:
+    """Refuse unknown fields, apply CRD defaults, check OpenAPI and CEL rules; return the object."""
+    kind = obj.get("kind", "")
+    schema = schemas()[kind]
+    errors = hints(obj)
+    if errors:
+        raise AdmissionError(errors)
+    unknown = structural.unknown_fields(schema, obj)
+    if unknown:
+        raise AdmissionError(
+            [
+                FieldError(path.lstrip("."), "Invalid value", "field not declared in schema")
+                for path in unknown
+            ]
+        )
+    admitted = structural.apply_defaults(schema, copy.deepcopy(obj))
+    errors = structural.validate(schema, admitted, old)
+    if errors:
+        raise AdmissionError(errors)
+    return admitted
+
+
+def check_version(obj: Obj) -> None:
+    api_version = str(obj.get("apiVersion", ""))
+    hint = api_version_hint(api_version)
+    if hint:
+        raise AdmissionError([invalid("apiVersion", api_version, hint)])
+
+
+def admit(obj: Obj, old: Obj | None, facts: Facts, framework: Framework) -> tuple[Obj, list[str]]:
+    """Admit a create (``old`` None) or an update; return the stored form and warnings.
+
+    Raises AdmissionError with every reason found.
+    """
+    check_version(obj)
+    admitted = check_schema(obj, old)
+    kind = admitted["kind"]
+    if kind == c.TRAINJOB_KIND:
+        warnings = validate_trainjob(admitted, old, facts, framework)
+    else:
+        warnings = validate_runtime(admitted, old, framework)
+    return admitted, warnings
+
+
+def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) -> list[str]:
+    """The runtime webhook: ancestor jobs have one replica and the container they need."""
+    from trainer.api.runtime import TrainingRuntime
+
+    errors: list[FieldError] = []
+    # Upstream checks TrainingRuntimes on create only and ClusterTrainingRuntimes always.
+    if old is None or runtime_obj["kind"] == c.CLUSTER_TRAINING_RUNTIME_KIND:
+        jobs = ((runtime_obj.get("spec") or {}).get("template") or {}).get("spec", {}).get(
+            "replicatedJobs"
+        ) or []
+        for i, rjob in enumerate(jobs):
+            template = rjob.get("template") or {}
+            ancestor = ((template.get("metadata") or {}).get("labels") or {}).get(c.ANCESTOR_LABEL)
+            if ancestor not in _ANCESTOR_CONTAINERS:
+                continue
+            path = f"spec.template.spec.replicatedJobs[{i}]"
+            if rjob.get("replicas", 1) != 1:
+                errors.append(invalid(f"{path}.replicas", rjob.get("replicas"), "must always be 1"))
+            pod = ((template.get("spec") or {}).get("template") or {}).get("spec") or {}
+            names = {ct.get("name") for ct in pod.get("containers") or []}
+            if _ANCESTOR_CONTAINERS[ancestor] not in names:
+                errors.append(
+                    invalid(
+                        f"{path}.template.spec.template.spec.containers",
+                        "array",
+                        f"must contain the required container for the ancestor: {ancestor}",
+                    )
+                )
+    try:
+        runtime = TrainingRuntime.model_validate(runtime_obj)
+    except ValidationError as exc:  # the schema admitted it, so this is our bug, said plainly
+        raise AdmissionError(
+            [invalid("spec", "object", f"cannot be read: {exc.errors()[0]['msg']}")]
+        ) from exc
+    missing = framework.missing_for(runtime.spec)
+    if missing:
+        errors.append(
+            invalid(
+                "spec", "object", f"needs plugins that are disabled in this operator: {', '.join(missing)}"
+            )
+        )
+    if errors:
+        raise AdmissionError(errors)
+    return []
+
+
+def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framework: Framework) -> list[str]:
+    """The TrainJob webhook: the runtime exists, then every plugin's rules on the rendered Info."""
+    from trainer.api.runtime import TrainingRuntime
+    from trainer.api.trainjob import TrainJob
+    from trainer.runtime.build import build_info
+    from trainer.runtime.render import SUPPORTED_RUNTIMES, RuntimeNotFound, lookup_runtime, runtime_key
+
+    spec = trainjob_obj["spec"]
+    ref = spec.get("runtimeRef") or {}
+    key = runtime_key(ref)
+    if key not in SUPPORTED_RUNTIMES:
+        raise AdmissionError([invalid("spec.runtimeRef", ref.get("kind"), f"unsupported runtime: {key}")])
+    namespace = trainjob_obj["metadata"].get("namespace") or "default"
+    try:
+        runtime_obj = lookup_runtime(facts, ref, namespace)
+    except RuntimeNotFound as exc:
+        which = "trainingRuntime" if ref.get("kind") == c.TRAINING_RUNTIME_KIND else "clusterTrainingRuntime"
+        raise AdmissionError(
+            [
+                invalid(
+                    "spec.runtimeRef",
+                    ref.get("name"),
+                    f"{exc}: specified {which} must be created before the TrainJob is created",
+                )
+            ]
+        ) from exc
+    warnings: list[str] = []
+    runtime_meta = runtime_obj.get("metadata") or {}
+    if (
+        runtime_obj.get("kind") == c.CLUSTER_TRAINING_RUNTIME_KIND
+        and (runtime_meta.get("labels") or {}).get(c.SUPPORT_LABEL) == c.SUPPORT_DEPRECATED
+    ):
+        warnings.append(
+            f'Referenced ClusterTrainingRuntime "{runtime_meta.get("name")}" is deprecated and will be removed in a '
+            f"future release of Kubeflow Trainer. See runtime deprecation policy: {c.DEPRECATION_DOC_URL}"
+        )
+    runtime = TrainingRuntime.model_validate(runtime_obj)
+    missing = framework.missing_for(runtime.spec)
+    if missing:
+        raise AdmissionError(
+            [
+                invalid(
+                    "spec.runtimeRef",
+                    ref.get("name"),
+                    f"the runtime needs plugins that are disabled: {', '.join(missing)}",
+                )
+            ]
+        )
+    trainjob = TrainJob.model_validate(trainjob_obj)
+    old_model = TrainJob.model_validate(old) if old is not None else None
+    try:
+        info = build_info(trainjob, trainjob_obj, runtime, runtime_obj, facts)
+    except (PluginError, ValueError, KeyError, TypeError):
+        info = None
+    ctx = ValidationContext(
+        trainjob=trainjob,
+        trainjob_obj=trainjob_obj,
+        old=old_model,
+        old_obj=old,
+        runtime=runtime,
+        info=info,
+        facts=facts,
+        warnings=warnings,
+    )
+    errors: list[FieldError] = []
+    for found in framework.hook.trainer_validate(ctx=ctx):
+        errors.extend(found or [])
+    if errors:
+        raise AdmissionError(errors, ctx.warnings)
+    return ctx.warnings
+
+
+def forbid_kind(obj: Obj) -> FieldError:
+    return forbidden("kind", f"{obj.get('kind')} is not a trainer.kubeflow.org kind")

@@ -1,0 +1,60 @@
+"""Names, labels and keys that are part of the API contract with users and other controllers."""
+
+from __future__ import annotations
+
+GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+TRAINJOB_KIND = "TrainJob"
+TRAINING_RUNTIME_KIND = "TrainingRuntime"
+CLUSTER_TRAINING_RUNTIME_KIND = "ClusterTrainingRuntime"
+RUNTIME_KINDS = (TRAINING_RUNTIME_KIND, CLUSTER_TRAINING_RUNTIME_KIND)
+
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+JOBSET_KIND = "JobSet"
+
+# Labels and annotations.
+ANCESTOR_LABEL = "trainer.kubeflow.org/trainjob-ancestor-step"
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+SUPPORT_LABEL = "trainer.kubeflow.org/support"
+SUPPORT_DEPRECATED = "deprecated"
+# Children carry this label so the operator can watch only its own ConfigMaps and Secrets.
+TRAINJOB_NAME_LABEL = "trainer.kubeflow.org/trainjob-name"
+JOB_COMPLETION_INDEX_FIELD = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+DEPRECATION_DOC_URL = (
+    "https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
+)
+
+# Ancestor steps and the fixed names of replicated jobs and containers.
+DATASET_INITIALIZER = "dataset-initializer"
+MODEL_INITIALIZER = "model-initializer"
+ANCESTOR_TRAINER = "trainer"
+NODE = "node"
+LAUNCHER = "launcher"
+INITIALIZER_VOLUME = "initializer"
+STORAGE_URI_ENV = "STORAGE_URI"
+CONTAINER_PORT = 29500
+
+# managedBy.
+MANAGED_BY_TRAINER = "trainer.kubeflow.org/trainjob-controller"
+MANAGED_BY_MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+# Children.
+RUNTIME_SNAPSHOT_SUFFIX = "-runtime-snapshot"
+RUNTIME_SNAPSHOT_KEY = "runtime"
+
+# Conditions.
+COND_SUSPENDED = "Suspended"
+COND_COMPLETE = "Complete"
+COND_FAILED = "Failed"
+COND_RECONCILE_FAILED = "ReconcileFailed"
+REASON_SUSPENDED = "Suspended"
+REASON_RESUMED = "Resumed"
+REASON_DEADLINE_EXCEEDED = "DeadlineExceeded"
+REASON_RUNTIME_NOT_SUPPORTED = "TrainingRuntimeNotSupported"
+REASON_INVALID_RUNTIME = "InvalidRuntime"
+REASON_RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
+MSG_SUSPENDED = "TrainJob is suspended"
+MSG_RESUMED = "TrainJob is resumed"
+MSG_DEADLINE_EXCEEDED = "TrainJob exceeded its active deadline"

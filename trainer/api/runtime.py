@@ -1,0 +1,155 @@
+"""TrainingRuntime and ClusterTrainingRuntime: what a platform team publishes."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from trainer.api.schema import APIModel, Rule, Schema
+from trainer.api.trainjob import TemplateMetadata
+
+MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH", "")
+
+
+class EnvInjectionTarget(APIModel):
+    job_name: Annotated[str, Schema(min_length=1, max_length=253)] = Field(alias="jobName")
+    container_names: Annotated[
+        list[Annotated[str, Schema(max_length=63)]],
+        Schema(
+            min_items=1,
+            max_items=8,
+            list_type="set",
+            rules=(
+                Rule(
+                    "!self.exists(c, c == 'node')",
+                    "containerNames must not include the main node container because PET_* envs are "
+                    "always injected into it",
+                ),
+            ),
+        ),
+    ] = Field(alias="containerNames")
+
+
+class EnvInjection(APIModel):
+    targets: Annotated[
+        list[EnvInjectionTarget] | None, Schema(max_items=16, list_type="map", map_keys=("jobName",))
+    ] = None
+
+
+class TorchPolicy(APIModel):
+    env_injection: EnvInjection | None = Field(None, alias="envInjection")
+
+
+class MPIPolicy(APIModel):
+    num_proc_per_node: Annotated[
+        int,
+        Schema(default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in mpiPolicy must be >= 1"),)),
+    ] = Field(1, alias="numProcPerNode")
+    # DECISIONS.md §5: Intel MPI and MPICH are accepted, unlike upstream's enum.
+    mpi_implementation: Annotated[str, Schema(default="OpenMPI", enum=MPI_IMPLEMENTATIONS)] = Field(
+        "OpenMPI", alias="mpiImplementation"
+    )
+    ssh_auth_mount_path: Annotated[str, Schema(default="/root/.ssh", max_length=4096)] = Field(
+        "/root/.ssh", alias="sshAuthMountPath"
+    )
+    run_launcher_as_node: Annotated[bool, Schema(default=False)] = Field(False, alias="runLauncherAsNode")
+
+
+class JAXPolicy(APIModel):
+    pass
+
+
+class XGBoostPolicy(APIModel):
+    pass
+
+
+class FluxPolicy(APIModel):
+    num_proc_per_node: Annotated[
+        int,
+        Schema(default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in fluxPolicy must be >= 1"),)),
+    ] = Field(1, alias="numProcPerNode")
+
+
+ML_POLICY_SOURCES = ("torch", "mpi", "jax", "xgboost", "flux")
+
+
+class MLPolicy(APIModel):
+    num_nodes: Annotated[int | None, Schema(format="int32")] = Field(None, alias="numNodes")
+    torch: TorchPolicy | None = None
+    mpi: MPIPolicy | None = None
+    jax: JAXPolicy | None = None
+    xgboost: XGBoostPolicy | None = None
+    flux: FluxPolicy | None = None
+
+    def source(self) -> str | None:
+        """The one configured framework policy, if any (the CRD allows at most one)."""
+        for name in ML_POLICY_SOURCES:
+            if getattr(self, name) is not None:
+                return name
+        return None
+
+
+MLPolicyField = Annotated[
+    MLPolicy | None,
+    Schema(
+        rules=(
+            Rule(
+                "[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost),"
+                "has(self.flux)].filter(x, x).size() <= 1",
+                # DECISIONS.md §8: upstream's words, grammar fixed.
+                "Only one of the policies can be configured",
+            ),
+        )
+    ),
+]
+
+
+class CoschedulingPolicy(APIModel):
+    schedule_timeout_seconds: Annotated[int, Schema(default=60, format="int32")] = Field(
+        60, alias="scheduleTimeoutSeconds"
+    )
+
+
+class NetworkTopology(APIModel):
+    mode: Annotated[str, Schema(default="hard", enum=("hard", "soft"))] = "hard"
+    highest_tier_allowed: Annotated[int, Schema(default=1)] = Field(1, alias="highestTierAllowed")
+
+
+class VolcanoPolicy(APIModel):
+    network_topology: NetworkTopology | None = Field(None, alias="networkTopology")
+
+
+class PodGroupPolicy(APIModel):
+    coscheduling: CoschedulingPolicy | None = None
+    volcano: VolcanoPolicy | None = None
+
+
+class JobSetTemplateSpec(APIModel):
+    """The JobSet a runtime stamps out: metadata that propagates to the JobSet, and its spec."""
+
+    metadata: TemplateMetadata | None = None
+    spec: Annotated[dict[str, Any] | None, Schema(embed="JobSetSpec")] = None
+
+
+class TrainingRuntimeSpec(APIModel):
+    ml_policy: MLPolicyField = Field(None, alias="mlPolicy")
+    pod_group_policy: PodGroupPolicy | None = Field(None, alias="podGroupPolicy")
+    template: Annotated[JobSetTemplateSpec, Schema(min_properties=1)] = Field(default_factory=JobSetTemplateSpec)
+
+
+class TrainingRuntime(APIModel):
+    """Namespaced runtime; ClusterTrainingRuntime has the same shape, cluster-scoped."""
+
+    api_version: str | None = Field(None, alias="apiVersion")
+    kind: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: Annotated[TrainingRuntimeSpec, Schema(min_properties=1)] = Field(default_factory=TrainingRuntimeSpec)
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name", ""))
+
+
+class ClusterTrainingRuntime(TrainingRuntime):
+    pass

@@ -1,0 +1,89 @@
+"""The `trainer` command.
+
+Imports are kept inside the subcommands: ``trainer render`` is started once per check by other
+tools, so it must not pay for the operator, kopf or the Kubernetes client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse exits 2 on usage errors already; keep it
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="trainer", description="Kubeflow Trainer v2 control plane, in Python.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    render = sub.add_parser("render", help="render TrainJobs offline: what the operator would create")
+    render.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
+                        help="manifest file, directory (its *.yaml, *.yml, *.json) or - for stdin; repeatable")
+    render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    render.add_argument("--no-default-runtimes", action="store_true", help="do not load the bundled runtimes")
+    render.add_argument("--now", default="1970-01-01T00:00:00Z", help="the time every timestamp takes")
+    render.add_argument("--show-secrets", action="store_true", help="print Secret data instead of <redacted>")
+    render.add_argument("--disable-plugin", action="append", default=[], metavar="NAME",
+                        help="render as an operator with this built-in plugin disabled")
+
+    crds = sub.add_parser("crds", help="generate the CRDs in crds/ from the API models")
+    crds.add_argument("--output-dir", default=None, help="where to write (default: the package's crds/)")
+    crds.add_argument("--vendor-from", default=None, metavar="DIR",
+                      help="first refresh the vendored Kubernetes sub-schemas from upstream's reference CRDs")
+
+    sub.add_parser("sandbox", help="run the local API server stand-in with the CRDs and runtimes installed",
+                   add_help=False)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "sandbox":
+        from trainer.testing.sandbox import main as sandbox_main
+
+        return sandbox_main(argv[1:])
+    args = _build_parser().parse_args(argv)
+    try:
+        if args.command == "render":
+            from trainer.render_cmd import run_render
+
+            return run_render(args)
+        if args.command == "crds":
+            return _crds(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return EXIT_OK
+    except Exception as exc:  # the contract: exit 3 for an internal error, with a short reason
+        import traceback
+
+        if "TRAINER_DEBUG" in __import__("os").environ:
+            traceback.print_exc()
+        print(f"trainer: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_USAGE
+
+
+def _crds(args: argparse.Namespace) -> int:
+    import json
+    from pathlib import Path
+
+    from trainer.api import crdgen
+
+    if args.vendor_from:
+        data = crdgen.vendor(Path(args.vendor_from))
+        crdgen.EMBEDDED_FILE.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n")
+    for path in crdgen.write(Path(args.output_dir) if args.output_dir else None):
+        print(path)
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,164 @@
+"""An offline cluster: manifests applied in order, each TrainJob reconciled by the render core.
+
+``trainer render`` and ``trainer demo`` (before the operator) use it. It plays the parts the API
+server and the operator play on a cluster, without I/O: admission of each object as a create or
+an update, server-set metadata, and the children each reconcile writes, which later reconciles
+see (so a running JobSet stays frozen, and a runtime changed later does not touch a TrainJob
+that already has its snapshot).
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from trainer.admission.errors import AdmissionError, FieldError
+from trainer.api import constants as c
+from trainer.runtime.framework import Framework
+from trainer.runtime.info import Facts
+
+Obj = dict[str, Any]
+
+# Kinds the render core reads as cluster facts; any other kind is ignored with a note.
+FACT_KINDS = ("JobSet", "ConfigMap", "Secret", "PodGroup", "PriorityClass")
+CHILD_ORDER = {"JobSet": 0, "ConfigMap": 1, "Secret": 2, "PodGroup": 3}
+
+
+def trainjob_uid(namespace: str, name: str) -> str:
+    """A stable uid, so the same input renders to the same bytes."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
+
+
+@dataclass
+class Refusal:
+    kind: str
+    namespace: str | None
+    name: str
+    errors: list[FieldError]
+
+    def lines(self) -> list[str]:
+        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
+        return [f"{self.kind} {where}: {err}" for err in self.errors]
+
+
+@dataclass
+class OfflineCluster:
+    framework: Framework
+    now: str = "1970-01-01T00:00:00Z"
+    facts: Facts = field(default_factory=Facts)
+    trainjobs: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    children: dict[tuple[str, str], dict[tuple[str, str], Obj]] = field(default_factory=dict)
+    applied: set[tuple[str, str, str]] = field(default_factory=set)
+    refusals: list[Refusal] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def load_default_runtimes(self) -> None:
+        import yaml
+
+        from trainer.manifests import _loader
+
+        root = Path(str(resources.files("trainer.runtimes")))
+        for path in sorted(root.glob("*.yaml")):
+            for doc in yaml.load_all(path.read_text(), Loader=_loader()):
+                if isinstance(doc, dict):
+                    self.facts.put(doc)
+
+    def apply(self, obj: Obj) -> None:
+        api_version = str(obj.get("apiVersion", ""))
+        kind = str(obj.get("kind", ""))
+        group = api_version.rpartition("/")[0]
+        if group in (c.GROUP, "kubeflow.org") or kind in (c.TRAINJOB_KIND, *c.RUNTIME_KINDS):
+            self._apply_trainer_object(obj)
+        elif kind in FACT_KINDS:
+            fact = copy.deepcopy(obj)
+            meta = fact.setdefault("metadata", {})
+            if kind != "PriorityClass":
+                meta.setdefault("namespace", "default")
+            self.facts.put(fact)
+        else:
+            name = (obj.get("metadata") or {}).get("name", "")
+            self.notes.append(f"Note: ignoring {kind} {name!r}: trainer render does not use this kind")
+
+    def _apply_trainer_object(self, obj: Obj) -> None:
+        from trainer.admission.admit import KINDS, admit
+
+        obj = copy.deepcopy(obj)
+        kind = str(obj.get("kind", ""))
+        meta = obj.setdefault("metadata", {})
+        name = str(meta.get("name", ""))
+        namespaced = kind != c.CLUSTER_TRAINING_RUNTIME_KIND
+        if namespaced:
+            meta["namespace"] = meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        namespace = meta.get("namespace")
+        if kind not in KINDS:
+            self.refusals.append(
+                Refusal(kind, namespace, name, [FieldError("kind", "Unsupported value", f"{kind} is not served by {c.GROUP}")])
+            )
+            return
+        key = (kind, namespace or "", name)
+        old = self._stored(kind, namespace, name) if key in self.applied else None
+        obj.pop("status", None)  # the main resource ignores status, as the API server does
+        try:
+            admitted, warnings = admit(obj, old, self.facts, self.framework)
+        except AdmissionError as exc:
+            self.refusals.append(Refusal(kind, namespace, name, exc.errors))
+            self.warnings.extend(f"Warning: {w}" for w in exc.warnings)
+            return
+        self.warnings.extend(f"Warning: {w}" for w in warnings)
+        self.applied.add(key)
+        if kind == c.TRAINJOB_KIND:
+            self._store_trainjob(admitted, old)
+        else:
+            self.facts.put(admitted)
+
+    def _stored(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        if kind == c.TRAINJOB_KIND:
+            return self.trainjobs.get((namespace or "default", name))
+        return self.facts.get(kind, namespace, name)
+
+    def _store_trainjob(self, admitted: Obj, old: Obj | None) -> None:
+        from trainer.runtime.render import reconcile
+
+        meta = admitted["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        if old is not None:
+            meta["uid"] = old["metadata"]["uid"]
+            meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            if old.get("status"):
+                admitted["status"] = old["status"]
+        else:
+            meta["uid"] = trainjob_uid(namespace, name)
+            meta["creationTimestamp"] = self.now
+        self.trainjobs[(namespace, name)] = admitted
+        outcome = reconcile(admitted, self.facts, self.framework, self.now)
+        written = self.children.setdefault((namespace, name), {})
+        for child in outcome.objects:
+            child_meta = child["metadata"]
+            self.facts.put(child)
+            written[(child["kind"], child_meta["name"])] = child
+        for kind, ns, child_name in outcome.delete:
+            self.facts.remove(kind, ns, child_name)
+            written.pop((kind, child_name), None)
+        if outcome.status:
+            admitted["status"] = outcome.status
+        else:
+            admitted.pop("status", None)
+        self.warnings.extend(f"Warning: {e.reason}: {e.message}" for e in outcome.events if e.type == "Warning")
+
+    def output(self) -> list[Obj]:
+        """Each TrainJob once, in first-applied order, then its children in a fixed order."""
+        items: list[Obj] = []
+        for (namespace, name), trainjob in self.trainjobs.items():
+            items.append(trainjob)
+            children = self.children.get((namespace, name), {})
+            items.extend(
+                sorted(children.values(), key=lambda o: (CHILD_ORDER.get(o["kind"], 9), o["kind"], o["metadata"]["name"]))
+            )
+        return items

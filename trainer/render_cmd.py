@@ -1,0 +1,64 @@
+"""`trainer render`: manifests in, the objects the operator would write out. See the README for
+the contract (inputs, ordering, exit codes), which other tools depend on."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from trainer.cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+
+Obj = dict[str, Any]
+REDACTED = "<redacted>"
+
+
+def _redact(obj: Obj) -> Obj:
+    if obj.get("kind") != "Secret":
+        return obj
+    out = dict(obj)
+    for key in ("data", "stringData"):
+        if isinstance(out.get(key), dict):
+            out[key] = {k: REDACTED for k in out[key]}
+    return out
+
+
+def run_render(args: argparse.Namespace) -> int:
+    from trainer.manifests import ManifestError, read_manifests
+    from trainer.offline import OfflineCluster
+    from trainer.runtime import framework as fw
+
+    try:
+        objects = read_manifests(args.filename)
+    except ManifestError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        framework = fw.load(fw.PluginConfig(disabled=frozenset(args.disable_plugin))) if args.disable_plugin else fw.default()
+    except fw.PluginConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    cluster = OfflineCluster(framework=framework, now=args.now)
+    if not args.no_default_runtimes:
+        cluster.load_default_runtimes()
+    for obj in objects:
+        cluster.apply(obj)
+    for line in [*cluster.notes, *cluster.warnings]:
+        print(line, file=sys.stderr)
+    if cluster.refusals:
+        for refusal in cluster.refusals:
+            for line in refusal.lines():
+                print(line, file=sys.stderr)
+        return EXIT_REFUSED
+    items = cluster.output()
+    if not args.show_secrets:
+        items = [_redact(o) for o in items]
+    if args.output == "json":
+        sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n")
+    else:
+        import yaml
+
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        sys.stdout.write(yaml.dump_all(items, Dumper=dumper, sort_keys=False, default_flow_style=False))
+    return EXIT_OK

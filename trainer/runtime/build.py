@@ -1,0 +1,105 @@
+"""Build the Info of one TrainJob from its runtime: patches applied, pod sets counted, resources merged."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.api.runtime import TrainingRuntime
+from trainer.api.trainjob import TrainJob
+from trainer.runtime.info import Facts, Info, PodSet, PluginError
+from trainer.runtime.podspec import find, merge_resources
+from trainer.runtime.strategic_merge import jobset_merge_keys, strategic_merge
+
+Obj = dict[str, Any]
+
+
+def build_info(
+    trainjob: TrainJob,
+    trainjob_obj: Obj,
+    runtime: TrainingRuntime,
+    runtime_obj: Obj,
+    facts: Facts,
+    *,
+    now: str = "1970-01-01T00:00:00Z",
+) -> Info:
+    template = runtime_obj.get("spec", {}).get("template") or {}
+    if "spec" in template and not isinstance(template["spec"], dict):
+        raise PluginError("unsupported runtimeTemplateSpec")
+    meta = template.get("metadata") or {}
+    labels: dict[str, str] = dict(meta.get("labels") or {})
+    annotations: dict[str, str] = dict(meta.get("annotations") or {})
+    jobset_spec: Obj = copy.deepcopy(template.get("spec") or {})
+    original_order = [rj.get("name") for rj in jobset_spec.get("replicatedJobs") or []]
+
+    for patch in trainjob_obj.get("spec", {}).get("runtimePatches") or []:
+        patch_template = (patch.get("trainingRuntimeSpec") or {}).get("template") or {}
+        patch_meta = patch_template.get("metadata") or {}
+        labels.update(patch_meta.get("labels") or {})
+        annotations.update(patch_meta.get("annotations") or {})
+        if patch_template.get("spec"):
+            jobset_spec = strategic_merge(jobset_spec, patch_template["spec"], jobset_merge_keys)
+    if "replicatedJobs" in jobset_spec:
+        position = {name: i for i, name in enumerate(original_order)}
+        jobset_spec["replicatedJobs"] = sorted(
+            jobset_spec["replicatedJobs"], key=lambda rj: position.get(rj.get("name"), 0)
+        )
+
+    ml_policy = runtime.spec.ml_policy
+    mpi = ml_policy.mpi if ml_policy else None
+    trainer = trainjob.spec.trainer
+    pod_sets: list[PodSet] = []
+    for rjob in jobset_spec.get("replicatedJobs") or []:
+        ancestor = ((rjob.get("template") or {}).get("metadata") or {}).get("labels", {}).get(c.ANCESTOR_LABEL)
+        job_spec = (rjob.get("template") or {}).get("spec") or {}
+        count = job_spec.get("parallelism")
+        count = 1 if count is None else int(count)
+        if ancestor == c.ANCESTOR_TRAINER and ml_policy is not None:
+            count = ml_policy.num_nodes if ml_policy.num_nodes is not None else 1
+        pod_set = PodSet(name=rjob.get("name", ""), ancestor=ancestor, count=max(count, 1), replicated_job=rjob)
+        merge_here = (ancestor == c.ANCESTOR_TRAINER and ml_policy is not None) or (
+            pod_set.name == c.NODE and mpi is not None and mpi.run_launcher_as_node
+        )
+        if trainer is not None and trainer.resources_per_node is not None and merge_here:
+            node = find(pod_set.pod_spec.get("containers"), c.NODE)
+            if node is not None:
+                node["resources"] = merge_resources(node.get("resources"), trainer.resources_per_node)
+        pod_sets.append(pod_set)
+
+    return Info(
+        trainjob=trainjob,
+        trainjob_obj=trainjob_obj,
+        runtime=runtime,
+        runtime_obj=runtime_obj,
+        runtime_kind=runtime_obj.get("kind", ""),
+        labels=labels,
+        annotations=annotations,
+        jobset_spec=jobset_spec,
+        pod_sets=pod_sets,
+        facts=facts,
+        now=now,
+    )
+
+
+def runtime_resources(info: Info) -> Obj | None:
+    """The trainer node's resources as the runtime gives them (after the TrainJob merge).
+
+    The first replicated job named ``node`` or with the trainer ancestor whose ``node`` container
+    has a resources block; what upstream reads for process and GPU counts.
+    """
+    for pod_set in info.pod_sets:
+        if pod_set.name == c.NODE or pod_set.ancestor == c.ANCESTOR_TRAINER:
+            node = pod_set.container(c.NODE)
+            if node is not None and node.get("resources"):
+                resources: Obj = node["resources"]
+                return resources
+    return None
+
+
+def effective_resources(info: Info) -> Obj | None:
+    """The TrainJob's resourcesPerNode alone when set, else the runtime's (spec §7.2, §15)."""
+    trainer = info.trainjob.spec.trainer
+    if trainer is not None and trainer.resources_per_node is not None:
+        return trainer.resources_per_node
+    return runtime_resources(info)

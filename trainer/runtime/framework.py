@@ -1,0 +1,142 @@
+"""The plugin manager: which plugins exist, which are on, and the order they run in.
+
+Built-in plugins and plugins from other packages are found the same way, through the
+``trainer.plugins`` entry-point group; the built-ins are simply listed here as well so that a
+source checkout (or a wheel whose metadata was not regenerated) still finds them. Built-ins are
+on unless disabled by configuration; a plugin from another package loads only when the
+configuration allow-lists it by name, because the operator holds cluster-wide rights and nothing
+should load into it implicitly.
+
+Order within a phase is fixed (DECISIONS.md §1): PlainML; Torch, MPI, JAX, XGBoost, Flux;
+Coscheduling, Volcano; JobSet; then other packages' plugins by name. pluggy calls the
+implementations of a hook last-registered-first, so registration runs in reverse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Protocol
+
+import pluggy
+
+from trainer.api.runtime import TrainingRuntimeSpec
+from trainer.runtime import hookspecs
+
+ENTRY_POINT_GROUP = "trainer.plugins"
+
+# Name -> module of every built-in plugin, in the order they run within a phase.
+BUILTIN_PLUGINS: dict[str, str] = {
+    "PlainML": "trainer.plugins.plainml",
+    "Torch": "trainer.plugins.torch",
+    "MPI": "trainer.plugins.mpi",
+    "JAX": "trainer.plugins.jax",
+    "XGBoost": "trainer.plugins.xgboost",
+    "Flux": "trainer.plugins.flux",
+    "CoScheduling": "trainer.plugins.coscheduling",
+    "Volcano": "trainer.plugins.volcano",
+    "JobSet": "trainer.plugins.jobset",
+}
+
+
+class Plugin(Protocol):
+    """What the framework asks of a plugin object besides its hook implementations."""
+
+    name: str
+
+    def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
+        """True when a runtime with this spec cannot be rendered correctly without the plugin."""
+        ...
+
+
+class PluginConfigError(Exception):
+    """The plugin configuration names something that does not exist or cannot load."""
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """The part of the operator configuration that decides which plugins load."""
+
+    disabled: frozenset[str] = frozenset()
+    allowed_external: frozenset[str] = frozenset()
+    feature_gates: dict[str, bool] = field(default_factory=dict)
+
+
+class Framework:
+    """The loaded plugins of one process, and the hooks to call them."""
+
+    def __init__(self, plugins: Sequence[Plugin], known: Sequence[Plugin] = ()) -> None:
+        self.plugins = list(plugins)
+        self.known = {p.name: p for p in [*known, *plugins]}
+        self.manager = pluggy.PluginManager(hookspecs.PROJECT)
+        self.manager.add_hookspecs(hookspecs)
+        for plugin in reversed(self.plugins):
+            self.manager.register(plugin, name=plugin.name)
+        providers = [p for p in self.plugins if hasattr(p, "trainer_compute_status")]
+        if len(providers) > 1:
+            names = ", ".join(p.name for p in providers)
+            raise PluginConfigError(f"too many TrainJobStatus plugins are registered: {names}")
+
+    @property
+    def hook(self) -> Any:
+        return self.manager.hook
+
+    @property
+    def enabled(self) -> list[str]:
+        return [p.name for p in self.plugins]
+
+    def missing_for(self, spec: TrainingRuntimeSpec) -> list[str]:
+        """Plugins a runtime needs that this process has disabled, by name."""
+        enabled = set(self.enabled)
+        return [name for name, p in self.known.items() if name not in enabled and p.needed_by(spec)]
+
+
+def _load_builtin(name: str) -> Plugin:
+    # The same object an installed package's metadata declares for it (pyproject.toml); built
+    # here rather than scanned for, because scanning every installed distribution's entry points
+    # costs more than the whole offline render.
+    plugin: Plugin = EntryPoint(name, f"{BUILTIN_PLUGINS[name]}:plugin", ENTRY_POINT_GROUP).load()
+    return plugin
+
+
+def _external_entry_points() -> dict[str, Any]:
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN_PLUGINS}
+
+
+def load(config: PluginConfig | None = None, extra: Iterable[Plugin] = ()) -> Framework:
+    """Build the framework for a configuration: built-ins minus disabled, plus allowed externals."""
+    config = config or PluginConfig()
+    external = _external_entry_points() if config.allowed_external else {}
+    unknown = sorted(set(config.disabled) - set(BUILTIN_PLUGINS) - set(external))
+    if unknown:
+        raise PluginConfigError(f"cannot disable unknown plugins: {', '.join(unknown)}")
+    missing = sorted(set(config.allowed_external) - set(external))
+    if missing:
+        raise PluginConfigError(
+            f"allow-listed plugins not installed (entry-point group {ENTRY_POINT_GROUP!r}): {', '.join(missing)}"
+        )
+    builtins = [_load_builtin(name) for name in BUILTIN_PLUGINS]
+    enabled: list[Plugin] = [p for p in builtins if p.name not in config.disabled]
+    for name in sorted(config.allowed_external):
+        if name in config.disabled:
+            continue
+        try:
+            loaded = external[name].load()
+        except Exception as exc:  # a broken third-party package must say so, not crash obscurely
+            raise PluginConfigError(f"plugin {name!r} failed to load: {exc}") from exc
+        plugin = loaded() if isinstance(loaded, type) else loaded
+        enabled.append(plugin)
+    enabled.extend(extra)
+    return Framework(enabled, known=builtins)
+
+
+_default: Framework | None = None
+
+
+def default() -> Framework:
+    """The framework with every built-in plugin on, built once per process."""
+    global _default
+    if _default is None:
+        _default = load()
+    return _default

@@ -1,0 +1,182 @@
+"""The working record plugins read and change while one TrainJob is rendered.
+
+``Info`` is built from the runtime's template and the TrainJob (runtimePatches applied, trainer
+resources merged), then handed to each phase. Pod sets are views over the replicated jobs of the
+JobSet spec under construction: a plugin that upserts an env var into a pod set's container
+changes the template itself, so the JobSet builder has nothing to copy back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.admission.errors import FieldError
+from trainer.api import constants as c
+from trainer.api.runtime import MLPolicy, PodGroupPolicy, TrainingRuntime
+from trainer.api.trainjob import TrainJob
+
+
+class PluginError(Exception):
+    """A TrainJob cannot be reconciled as it stands; the message is shown on status and events."""
+
+
+Obj = dict[str, Any]
+
+
+class Facts:
+    """What the render core may know about the cluster: objects by kind, namespace and name.
+
+    The operator fills it from its watch caches; ``trainer render`` from the manifests it read.
+    Nothing in the core asks the cluster anything.
+    """
+
+    def __init__(self) -> None:
+        self._objects: dict[tuple[str, str, str], Obj] = {}
+
+    @staticmethod
+    def key(kind: str, namespace: str | None, name: str) -> tuple[str, str, str]:
+        return (kind, namespace or "", name)
+
+    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
+        return self._objects.get(self.key(kind, namespace, name))
+
+    def put(self, obj: Obj) -> None:
+        meta = obj.get("metadata") or {}
+        self._objects[self.key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+
+    def remove(self, kind: str, namespace: str | None, name: str) -> None:
+        self._objects.pop(self.key(kind, namespace, name), None)
+
+    def of_kind(self, kind: str) -> Iterator[Obj]:
+        return (o for (k, _, _), o in self._objects.items() if k == kind)
+
+
+@dataclass
+class PodSet:
+    """One replicated job as plugins see it; ``template`` is the job's pod spec dict itself."""
+
+    name: str
+    ancestor: str | None
+    count: int
+    replicated_job: Obj
+    endpoints: list[str] = field(default_factory=list)
+
+    @property
+    def pod_spec(self) -> Obj:
+        spec: Obj = self.replicated_job.setdefault("template", {}).setdefault("spec", {})
+        pod_template: Obj = spec.setdefault("template", {})
+        pod_spec: Obj = pod_template.setdefault("spec", {})
+        return pod_spec
+
+    @property
+    def containers(self) -> list[Obj]:
+        containers: list[Obj] = self.pod_spec.setdefault("containers", [])
+        return containers
+
+    @property
+    def init_containers(self) -> list[Obj]:
+        init: list[Obj] = self.pod_spec.setdefault("initContainers", [])
+        return init
+
+    def container(self, name: str) -> Obj | None:
+        return next((ct for ct in self.pod_spec.get("containers") or [] if ct.get("name") == name), None)
+
+    def init_container(self, name: str) -> Obj | None:
+        return next((ct for ct in self.pod_spec.get("initContainers") or [] if ct.get("name") == name), None)
+
+    @property
+    def replicas(self) -> int:
+        return int(self.replicated_job.get("replicas") or 1)
+
+
+@dataclass
+class Scheduler:
+    """Labels and annotations gang-scheduling plugins ask every pod to carry."""
+
+    pod_labels: dict[str, str] = field(default_factory=dict)
+    pod_annotations: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Info:
+    """Everything one render of one TrainJob works on."""
+
+    trainjob: TrainJob
+    trainjob_obj: Obj
+    runtime: TrainingRuntime
+    runtime_obj: Obj
+    runtime_kind: str
+    labels: dict[str, str]
+    annotations: dict[str, str]
+    jobset_spec: Obj
+    pod_sets: list[PodSet]
+    facts: Facts
+    scheduler: Scheduler = field(default_factory=Scheduler)
+    # Filled in by torchtune: the trainer command the builder writes (the stored TrainJob keeps
+    # ["tune", "run"], so every reconcile recomputes it).
+    trainer_command: list[str] | None = None
+    trainer_args_override: list[str] | None = None
+    trainer_args_cleared: bool = False
+    now: str = "1970-01-01T00:00:00Z"
+    seed: bytes | None = None
+
+    @property
+    def name(self) -> str:
+        return self.trainjob.name
+
+    @property
+    def namespace(self) -> str:
+        return self.trainjob.namespace
+
+    @property
+    def ml_policy(self) -> MLPolicy | None:
+        return self.runtime.spec.ml_policy
+
+    @property
+    def pod_group_policy(self) -> PodGroupPolicy | None:
+        return self.runtime.spec.pod_group_policy
+
+    def pod_set(self, name: str) -> PodSet | None:
+        return next((ps for ps in self.pod_sets if ps.name == name), None)
+
+    def trainer_pod_set(self) -> PodSet | None:
+        return next((ps for ps in self.pod_sets if ps.ancestor == c.ANCESTOR_TRAINER), None)
+
+    def owner_reference(self) -> Obj:
+        return {
+            "apiVersion": c.API_VERSION,
+            "kind": c.TRAINJOB_KIND,
+            "name": self.name,
+            "uid": self.trainjob.metadata.get("uid", ""),
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def child_metadata(self, name: str) -> Obj:
+        """Metadata for an object this TrainJob owns: the owner and the label the operator watches."""
+        return {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": {c.TRAINJOB_NAME_LABEL: self.name},
+            "ownerReferences": [self.owner_reference()],
+        }
+
+
+@dataclass
+class ValidationContext:
+    """What a validation hook sees: the TrainJob as admitted, its previous version, the runtime."""
+
+    trainjob: TrainJob
+    trainjob_obj: Obj
+    old: TrainJob | None
+    old_obj: Obj | None
+    runtime: TrainingRuntime
+    info: Info | None
+    facts: Facts
+    warnings: list[str] = field(default_factory=list)
+
+
+def errors_or_none(errors: list[FieldError]) -> list[FieldError] | None:
+    return errors or None

@@ -1,0 +1,239 @@
+"""The pure core: one TrainJob, the runtime it names and what is known of the cluster -> the
+objects that should exist for it and the status it should have.
+
+No I/O happens here. The operator calls :func:`reconcile` with facts from its watch caches and
+writes the difference; ``trainer render`` calls it with facts read from manifests.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from pydantic import ValidationError
+
+from trainer.api import constants as c
+from trainer.api.runtime import TrainingRuntime
+from trainer.api.trainjob import TrainJob
+from trainer.runtime import conditions as cond
+from trainer.runtime.build import build_info
+from trainer.runtime.framework import Framework
+from trainer.runtime.info import Facts, Info, PluginError
+from trainer.runtime.snapshot import read_snapshot, snapshot_name
+
+Obj = dict[str, Any]
+
+EVENT_RESOURCES_FAILED = "TrainJobResourcesCreationFailed"
+SUPPORTED_RUNTIMES = (f"{c.TRAINING_RUNTIME_KIND}.{c.GROUP}", f"{c.CLUSTER_TRAINING_RUNTIME_KIND}.{c.GROUP}")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass
+class Outcome:
+    """What one reconcile wants: children to write, one to delete, the status, what to tell."""
+
+    objects: list[Obj] = field(default_factory=list)
+    status: Obj | None = None
+    delete: list[tuple[str, str, str]] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    error: str | None = None
+    requeue_after: float | None = None
+    framework_label: str | None = None
+    skipped: bool = False
+
+
+class RuntimeNotFound(Exception):
+    pass
+
+
+def runtime_key(ref: Obj) -> str:
+    kind = ref.get("kind") or c.CLUSTER_TRAINING_RUNTIME_KIND
+    group = ref.get("apiGroup")
+    group = c.GROUP if group is None else group
+    return f"{kind}.{group}" if group else kind
+
+
+def lookup_runtime(facts: Facts, ref: Obj, namespace: str) -> Obj:
+    """The live runtime a TrainJob names, or RuntimeNotFound with upstream's wording."""
+    kind = ref.get("kind") or c.CLUSTER_TRAINING_RUNTIME_KIND
+    name = ref.get("name", "")
+    if kind == c.TRAINING_RUNTIME_KIND:
+        found = facts.get(kind, namespace, name)
+        if found is None:
+            raise RuntimeNotFound(
+                f"TrainingRuntime specified in TrainJob is not found: "
+                f'trainingruntimes.{c.GROUP} "{name}" not found in namespace "{namespace}"'
+            )
+        return found
+    found = facts.get(kind, None, name)
+    if found is None:
+        raise RuntimeNotFound(
+            f"ClusterTrainingRuntime specified in TrainJob is not found: "
+            f'clustertrainingruntimes.{c.GROUP} "{name}" not found'
+        )
+    return found
+
+
+def parse_time(value: str) -> datetime:
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def reconcile(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str) -> Outcome:
+    """Decide everything about one TrainJob as it stands now."""
+    spec = trainjob_obj.get("spec") or {}
+    managed_by = spec.get("managedBy") or c.MANAGED_BY_TRAINER
+    if managed_by != c.MANAGED_BY_TRAINER:
+        return Outcome(skipped=True)
+
+    status: Obj = copy.deepcopy(trainjob_obj.get("status") or {})
+    conditions: list[Obj] = status.setdefault("conditions", [])
+    outcome = Outcome()
+    key = runtime_key(spec.get("runtimeRef") or {})
+    if key not in SUPPORTED_RUNTIMES:
+        cond.set_condition(
+            conditions,
+            {
+                "type": c.COND_FAILED,
+                "status": "True",
+                "reason": c.REASON_RUNTIME_NOT_SUPPORTED,
+                "message": f"unsupported runtime: {key}",
+            },
+            now,
+        )
+        outcome.status = _tidy(status)
+        return outcome
+
+    finished = cond.is_finished(status)
+    if not finished:
+        try:
+            _build(trainjob_obj, facts, framework, now, outcome)
+        except (PluginError, RuntimeNotFound) as exc:
+            _record_failure(outcome, conditions, exc, now)
+        else:
+            cond.remove(conditions, c.COND_RECONCILE_FAILED)
+
+    suspended = bool(spec.get("suspend"))
+    if suspended:
+        cond.set_condition(
+            conditions,
+            {"type": c.COND_SUSPENDED, "status": "True", "reason": c.REASON_SUSPENDED, "message": c.MSG_SUSPENDED},
+            now,
+        )
+    elif cond.is_true(conditions, c.COND_SUSPENDED):
+        cond.set_condition(
+            conditions,
+            {"type": c.COND_SUSPENDED, "status": "False", "reason": c.REASON_RESUMED, "message": c.MSG_RESUMED},
+            now,
+        )
+
+    _sync_jobset_status(trainjob_obj, status, facts, framework)
+    _check_deadline(trainjob_obj, status, outcome, now)
+    outcome.status = _tidy(status)
+    return outcome
+
+
+def _build(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str, outcome: Outcome) -> Info:
+    meta = trainjob_obj.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    spec = trainjob_obj["spec"]
+    snapshot = facts.get("ConfigMap", namespace, snapshot_name(meta.get("name", "")))
+    runtime_obj = read_snapshot(snapshot, trainjob_obj) if snapshot is not None else lookup_runtime(
+        facts, spec.get("runtimeRef") or {}, namespace
+    )
+    try:
+        runtime = TrainingRuntime.model_validate(runtime_obj)
+        trainjob = TrainJob.model_validate(trainjob_obj)
+    except ValidationError as exc:
+        raise PluginError(f"the runtime cannot be read: {exc.errors()[0]['msg']}") from exc
+    outcome.framework_label = ((runtime_obj.get("metadata") or {}).get("labels") or {}).get(c.FRAMEWORK_LABEL)
+    missing = framework.missing_for(runtime.spec)
+    if missing:
+        raise PluginError(f"the runtime needs plugins that are disabled: {', '.join(missing)}")
+    info = build_info(trainjob, trainjob_obj, runtime, runtime_obj, facts, now=now)
+    hook = framework.hook
+    hook.trainer_enforce_ml_policy(info=info)
+    hook.trainer_enforce_pod_group_policy(info=info)
+    hook.trainer_enforce_pod_spec(info=info)
+    hook.trainer_pre_build_sync(info=info)
+    for built in hook.trainer_build(info=info):
+        outcome.objects.extend(built or [])
+    return info
+
+
+def _record_failure(outcome: Outcome, conditions: list[Obj], exc: Exception, now: str) -> None:
+    """DECISIONS.md §3: a retryable failure shows on status as well as in an Event."""
+    message = str(exc)
+    outcome.error = message
+    short = message if len(message) <= 950 else message[:950] + " ..."
+    outcome.events.append(Event("Warning", EVENT_RESOURCES_FAILED, f"TrainJob resources reconciliation failed: {short}"))
+    reason = c.REASON_RUNTIME_NOT_FOUND if isinstance(exc, RuntimeNotFound) else EVENT_RESOURCES_FAILED
+    cond.set_condition(
+        conditions,
+        {"type": c.COND_RECONCILE_FAILED, "status": "True", "reason": reason, "message": short},
+        now,
+    )
+
+
+def _sync_jobset_status(trainjob_obj: Obj, status: Obj, facts: Facts, framework: Framework) -> None:
+    from_jobset: Obj | None = framework.hook.trainer_compute_status(trainjob=trainjob_obj, facts=facts)
+    if from_jobset is None:
+        return  # nothing runs it yet, or it is gone after the TrainJob finished
+    conditions: list[Obj] = status["conditions"]
+    deadline = cond.find(conditions, c.COND_FAILED)
+    keep_deadline = deadline is not None and deadline.get("reason") == c.REASON_DEADLINE_EXCEEDED
+    for new in from_jobset.get("conditions") or []:
+        if keep_deadline and new["type"] == c.COND_FAILED:
+            continue
+        current = cond.find(conditions, new["type"])
+        if current is None:
+            conditions.append(dict(new))
+        elif current.get("status") != "True":
+            current.update(new)
+    if from_jobset.get("jobsStatus"):
+        status["jobsStatus"] = from_jobset["jobsStatus"]
+    else:
+        status.pop("jobsStatus", None)
+
+
+def _check_deadline(trainjob_obj: Obj, status: Obj, outcome: Outcome, now: str) -> None:
+    spec = trainjob_obj.get("spec") or {}
+    seconds = spec.get("activeDeadlineSeconds")
+    conditions: list[Obj] = status["conditions"]
+    if not seconds or spec.get("suspend") or cond.is_finished(status):
+        return
+    resumed = cond.find(conditions, c.COND_SUSPENDED)
+    start_text = (
+        resumed["lastTransitionTime"]
+        if resumed is not None and resumed.get("status") == "False"
+        else (trainjob_obj.get("metadata") or {}).get("creationTimestamp") or now
+    )
+    deadline = parse_time(start_text) + timedelta(seconds=int(seconds))
+    current = parse_time(now)
+    if current > deadline:
+        cond.set_condition(
+            conditions,
+            {
+                "type": c.COND_FAILED,
+                "status": "True",
+                "reason": c.REASON_DEADLINE_EXCEEDED,
+                "message": c.MSG_DEADLINE_EXCEEDED,
+            },
+            now,
+        )
+        meta = trainjob_obj.get("metadata") or {}
+        outcome.delete.append((c.JOBSET_KIND, meta.get("namespace") or "default", meta.get("name", "")))
+        outcome.objects = []
+    else:
+        outcome.requeue_after = max(1.0, (deadline - current).total_seconds())
+
+
+def _tidy(status: Obj) -> Obj:
+    return {k: v for k, v in status.items() if v not in (None, [], {})}

@@ -1,0 +1,70 @@
+"""The runtime snapshot: the runtime a TrainJob started with, kept beside it in a ConfigMap.
+
+Edits to a runtime after a TrainJob was first reconciled must not change that TrainJob, so the
+first reconcile stores the whole runtime object and later ones read it back from here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.runtime.info import Info, PluginError
+
+Obj = dict[str, Any]
+
+
+def snapshot_name(trainjob_name: str) -> str:
+    return trainjob_name + c.RUNTIME_SNAPSHOT_SUFFIX
+
+
+def _dump(runtime: Obj) -> str:
+    import yaml
+
+    kept = {
+        "apiVersion": runtime.get("apiVersion", c.API_VERSION),
+        "kind": runtime.get("kind"),
+        "metadata": {k: v for k, v in (runtime.get("metadata") or {}).items() if k in ("name", "namespace", "labels", "annotations")},
+        "spec": runtime.get("spec") or {},
+    }
+    return str(yaml.safe_dump(kept, sort_keys=False))
+
+
+def snapshot_configmap(info: Info) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": info.child_metadata(snapshot_name(info.name)),
+        "data": {c.RUNTIME_SNAPSHOT_KEY: _dump(info.runtime_obj)},
+    }
+
+
+def read_snapshot(configmap: Obj, trainjob: Obj) -> Obj:
+    """The runtime stored in a snapshot ConfigMap, after checking it belongs to this TrainJob."""
+    import yaml
+
+    uid = (trainjob.get("metadata") or {}).get("uid")
+    owners = (configmap.get("metadata") or {}).get("ownerReferences") or []
+    controller = next((o for o in owners if o.get("controller")), None)
+    if controller is None or controller.get("uid") != uid:
+        raise PluginError("invalid runtime snapshot: a snapshot configmap exists but is owned by another object")
+    text = (configmap.get("data") or {}).get(c.RUNTIME_SNAPSHOT_KEY)
+    if text is None:
+        raise PluginError(f"invalid runtime snapshot: key {c.RUNTIME_SNAPSHOT_KEY!r} is missing")
+    try:
+        runtime = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise PluginError(f"invalid runtime snapshot: cannot parse it: {exc}") from exc
+    if not isinstance(runtime, dict):
+        raise PluginError("invalid runtime snapshot: it does not hold an object")
+    ref = (trainjob.get("spec") or {}).get("runtimeRef") or {}
+    name = (runtime.get("metadata") or {}).get("name")
+    kind = runtime.get("kind")
+    group = str(runtime.get("apiVersion", "")).split("/")[0]
+    if name != ref.get("name") or (ref.get("kind") and kind != ref.get("kind")) or (
+        ref.get("apiGroup") and group != ref.get("apiGroup")
+    ):
+        raise PluginError(
+            f"invalid runtime snapshot: it holds {kind} {name!r}, not the runtime the TrainJob references"
+        )
+    return runtime
