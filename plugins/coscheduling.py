@@ -1,8 +1,24 @@
-"""CoScheduling plugin: placeholder until its implementation lands (see the issue on MPI and gang scheduling)."""
+"""Coscheduling: gang scheduling by the scheduler-plugins scheduler, through its PodGroup.
+
+The scheduler starts a TrainJob's pods only when all of them fit, so a half-placed job never
+holds GPUs while it waits for the rest. Pods join the group by label; the PodGroup says how many
+pods and how many resources the whole gang needs (mpi-gang-lifecycle.md §3).
+"""
 
 from __future__ import annotations
 
-from trainer.api.runtime import TrainingRuntimeSpec
+from typing import Any
+
+from trainer.api.runtime import CoschedulingPolicy, TrainingRuntimeSpec
+from trainer.runtime.build import gang_totals
+from trainer.runtime.hookspecs import hookimpl
+from trainer.runtime.info import Info
+
+Obj = dict[str, Any]
+
+POD_GROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
+POD_GROUP_KIND = "PodGroup"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 
 class CoSchedulingPlugin:
@@ -10,6 +26,48 @@ class CoSchedulingPlugin:
 
     def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
         return spec.pod_group_policy is not None and spec.pod_group_policy.coscheduling is not None
+
+    @hookimpl
+    def trainer_enforce_pod_group_policy(self, info: Info) -> None:
+        if _policy(info) is None:
+            return
+        # Every pod, initializers and launcher included: the gang is the whole TrainJob.
+        info.scheduler.pod_labels[POD_GROUP_LABEL] = info.name
+
+    @hookimpl
+    def trainer_build(self, info: Info) -> list[Obj] | None:
+        policy = _policy(info)
+        if policy is None:
+            return None
+        existing = info.facts.get(POD_GROUP_KIND, info.namespace, info.name)
+        if (
+            existing is not None
+            and existing.get("apiVersion") == POD_GROUP_API_VERSION
+            and not info.trainjob.spec.suspend
+        ):
+            # A PodGroup the scheduler is already acting on is not rewritten while the TrainJob
+            # runs; only a suspended TrainJob (no pods) may change it.
+            return None
+        return [build_pod_group(info, policy)]
+
+
+def _policy(info: Info) -> CoschedulingPolicy | None:
+    policy = info.pod_group_policy
+    return policy.coscheduling if policy is not None else None
+
+
+def build_pod_group(info: Info, policy: CoschedulingPolicy) -> Obj:
+    members, resources = gang_totals(info)
+    return {
+        "apiVersion": POD_GROUP_API_VERSION,
+        "kind": POD_GROUP_KIND,
+        "metadata": info.child_metadata(info.name),
+        "spec": {
+            "minMember": members,
+            "minResources": resources,
+            "scheduleTimeoutSeconds": policy.schedule_timeout_seconds,
+        },
+    }
 
 
 plugin = CoSchedulingPlugin()

@@ -34,7 +34,9 @@ class JAXPlugin:
                 # GPUs per node do not matter: JAX runs one process per node.
                 env_value("JAX_NUM_PROCESSES", str(trainer_set.count)),
                 env_field_ref("JAX_PROCESS_ID", c.JOB_COMPLETION_INDEX_FIELD),
-                env_value("JAX_COORDINATOR_ADDRESS", f"{info.name}-{c.NODE}-0-0.{info.name}:{c.CONTAINER_PORT}"),
+                env_value(
+                    "JAX_COORDINATOR_ADDRESS", f"{info.name}-{c.NODE}-0-0.{info.name}:{c.CONTAINER_PORT}"
+                ),
             ],
         )
         upsert_ports(node, [{"containerPort": c.CONTAINER_PORT}])

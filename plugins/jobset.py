@@ -6,7 +6,6 @@ admission checks on initializers and runtimePatches (they are about the JobSet t
 
 from __future__ import annotations
 
-import copy
 import re
 from typing import Any
 
@@ -44,9 +43,13 @@ class JobSetPlugin:
         initializer = spec.initializer
         if initializer is not None:
             if initializer.dataset is not None:
-                errors += _check_initializer(template, c.DATASET_INITIALIZER, "datasetConfig", spec.runtime_ref.name)
+                errors += _check_initializer(
+                    template, c.DATASET_INITIALIZER, "datasetConfig", spec.runtime_ref.name
+                )
             if initializer.model is not None:
-                errors += _check_initializer(template, c.MODEL_INITIALIZER, "modelConfig", spec.runtime_ref.name)
+                errors += _check_initializer(
+                    template, c.MODEL_INITIALIZER, "modelConfig", spec.runtime_ref.name
+                )
         for i, patch in enumerate(spec.runtime_patches or []):
             if not _MANAGER.match(patch.manager):
                 errors.append(
@@ -127,7 +130,10 @@ def build_jobset(info: Info) -> Obj:
             if info.scheduler.pod_labels:
                 pod_meta["labels"] = {**(pod_meta.get("labels") or {}), **info.scheduler.pod_labels}
             if info.scheduler.pod_annotations:
-                pod_meta["annotations"] = {**(pod_meta.get("annotations") or {}), **info.scheduler.pod_annotations}
+                pod_meta["annotations"] = {
+                    **(pod_meta.get("annotations") or {}),
+                    **info.scheduler.pod_annotations,
+                }
         _canonical_resources(pod_set)
     spec["suspend"] = trainjob.suspend
     metadata: Obj = {"name": info.name, "namespace": info.namespace}
@@ -169,7 +175,10 @@ def _apply_trainer_overrides(info: Info, node: Obj) -> None:
 
 def _canonical_resources(pod_set: PodSet) -> None:
     """DECISIONS.md §9: quantities the SDK sends as numbers are written as Kubernetes strings."""
-    for container in [*(pod_set.pod_spec.get("containers") or []), *(pod_set.pod_spec.get("initContainers") or [])]:
+    for container in [
+        *(pod_set.pod_spec.get("containers") or []),
+        *(pod_set.pod_spec.get("initContainers") or []),
+    ]:
         resources = container.get("resources")
         if not resources:
             continue
@@ -210,7 +219,9 @@ def _containers_by_job(jobset_spec: Obj) -> dict[str, set[str]]:
     jobs: dict[str, set[str]] = {}
     for rjob in jobset_spec.get("replicatedJobs") or []:
         pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-        names = {ct.get("name") for ct in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]}
+        names = {
+            ct.get("name") for ct in [*(pod.get("initContainers") or []), *(pod.get("containers") or [])]
+        }
         jobs[rjob.get("name", "")] = {n for n in names if n}
     return jobs
 
@@ -233,14 +244,20 @@ def _check_initializer(jobset_spec: Obj, job: str, config: str, runtime: str) ->
 def _check_patch_targets(ctx: ValidationContext, index: int) -> list[FieldError]:
     """DECISIONS.md §2: a patch that names what the runtime lacks is refused, naming it."""
     errors: list[FieldError] = []
-    patch = (ctx.trainjob_obj["spec"]["runtimePatches"][index].get("trainingRuntimeSpec") or {}).get("template") or {}
-    runtime_jobs = _containers_by_job((ctx.runtime.spec.template.spec or {}))
+    patch = (ctx.trainjob_obj["spec"]["runtimePatches"][index].get("trainingRuntimeSpec") or {}).get(
+        "template"
+    ) or {}
+    runtime_jobs = _containers_by_job(ctx.runtime.spec.template.spec or {})
     for j, rjob in enumerate((patch.get("spec") or {}).get("replicatedJobs") or []):
         path = f"spec.runtimePatches[{index}].trainingRuntimeSpec.template.spec.replicatedJobs[{j}]"
         name = rjob.get("name", "")
         if name not in runtime_jobs:
             errors.append(
-                invalid(f"{path}.name", name, "must not name a replicated job that does not exist in the runtime job template")
+                invalid(
+                    f"{path}.name",
+                    name,
+                    "must not name a replicated job that does not exist in the runtime job template",
+                )
             )
             continue
         pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}

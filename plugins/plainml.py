@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from trainer.api.runtime import TrainingRuntimeSpec
 from trainer.api import constants as c
+from trainer.api.runtime import TrainingRuntimeSpec
 from trainer.runtime.hookspecs import hookimpl
 from trainer.runtime.info import Info
 from trainer.runtime.podspec import upsert_env

@@ -20,7 +20,12 @@ TUNE_COMMAND = ["tune", "run"]
 SUPPORTED_TUNE_MODELS = ("llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5/1.5B")
 MULTINODE_TUNE_MODEL = "llama3_3/70B"
 # Config keys the runtime's command sets for torchtune; args may not override them.
-TUNE_IMMUTABLE_CONFIGS = ("output_dir", "tokenizer.path", "checkpointer.checkpoint_dir", "tokenizer.merges_file")
+TUNE_IMMUTABLE_CONFIGS = (
+    "output_dir",
+    "tokenizer.path",
+    "checkpointer.checkpoint_dir",
+    "tokenizer.merges_file",
+)
 
 
 class TorchPlugin:
@@ -46,7 +51,10 @@ class TorchPlugin:
             env_value("PET_NPROC_PER_NODE", nproc),
             env_field_ref("PET_NODE_RANK", c.JOB_COMPLETION_INDEX_FIELD),
         ]
-        master_env = [env_value("PET_MASTER_ADDR", master), env_value("PET_MASTER_PORT", str(c.CONTAINER_PORT))]
+        master_env = [
+            env_value("PET_MASTER_ADDR", master),
+            env_value("PET_MASTER_PORT", str(c.CONTAINER_PORT)),
+        ]
 
         node = trainer_set.container(c.NODE) if trainer_set is not None else None
         if trainer is not None and node is not None:
@@ -82,7 +90,13 @@ class TorchPlugin:
                 pod_set = ctx.info.pod_set(target.job_name)
                 for name in target.container_names:
                     if pod_set is None or (pod_set.container(name) or pod_set.init_container(name)) is None:
-                        errors.append(invalid("spec.runtimeRef", ctx.trainjob.spec.runtime_ref.name, _target_missing(target.job_name, name)))
+                        errors.append(
+                            invalid(
+                                "spec.runtimeRef",
+                                ctx.trainjob.spec.runtime_ref.name,
+                                _target_missing(target.job_name, name),
+                            )
+                        )
         trainer = ctx.trainjob.spec.trainer
         if trainer is None:
             return errors or None
@@ -200,7 +214,11 @@ def _validate_torchtune(ctx: ValidationContext) -> list[FieldError]:
     nodes = trainer.num_nodes if trainer.num_nodes is not None else 1
     if model not in SUPPORTED_TUNE_MODELS:
         errors.append(
-            invalid("spec.runtimeRef.name", runtime_name, f"must have a supported pretrained model, invalid model configured: {model}")
+            invalid(
+                "spec.runtimeRef.name",
+                runtime_name,
+                f"must have a supported pretrained model, invalid model configured: {model}",
+            )
         )
     if nodes > 1 and model != MULTINODE_TUNE_MODEL:
         errors.append(invalid("spec.trainer.numNodes", nodes, f"must be 1 for the {model} model"))
@@ -210,10 +228,16 @@ def _validate_torchtune(ctx: ValidationContext) -> list[FieldError]:
     _, suffix = _recipe(nodes, _tune_nproc(trainer), gpus, lora, qlora)
     if "_qlora" in suffix:
         if model == "qwen2_5/1.5B":
-            errors.append(invalid("spec.runtimeRef.name", runtime_name, f"QLoRA is not supported for the {model} model"))
+            errors.append(
+                invalid("spec.runtimeRef.name", runtime_name, f"QLoRA is not supported for the {model} model")
+            )
         elif "_qlora_single_device" not in suffix and model in ("llama3_2/1B", "llama3_2/3B"):
             errors.append(
-                invalid("spec.trainer.numProcPerNode", trainer.num_proc_per_node, f"must be auto or 1 for the {model} model when using QLoRA")
+                invalid(
+                    "spec.trainer.numProcPerNode",
+                    trainer.num_proc_per_node,
+                    f"must be auto or 1 for the {model} model when using QLoRA",
+                )
             )
             errors.append(
                 invalid(
@@ -224,7 +248,11 @@ def _validate_torchtune(ctx: ValidationContext) -> list[FieldError]:
             )
     if nodes > 1 and (lora or qlora):
         errors.append(
-            invalid("spec.trainer.numNodes", nodes, "LoRA fine-tuning is not supported for multi-node training in TorchTune")
+            invalid(
+                "spec.trainer.numNodes",
+                nodes,
+                "LoRA fine-tuning is not supported for multi-node training in TorchTune",
+            )
         )
     for i, arg in enumerate(args):
         key = arg.split("=", 1)[0]

@@ -24,22 +24,52 @@ def _build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     render = sub.add_parser("render", help="render TrainJobs offline: what the operator would create")
-    render.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
-                        help="manifest file, directory (its *.yaml, *.yml, *.json) or - for stdin; repeatable")
+    render.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        required=True,
+        metavar="FILE",
+        help="manifest file, directory (its *.yaml, *.yml, *.json) or - for stdin; repeatable",
+    )
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     render.add_argument("--no-default-runtimes", action="store_true", help="do not load the bundled runtimes")
     render.add_argument("--now", default="1970-01-01T00:00:00Z", help="the time every timestamp takes")
     render.add_argument("--show-secrets", action="store_true", help="print Secret data instead of <redacted>")
-    render.add_argument("--disable-plugin", action="append", default=[], metavar="NAME",
-                        help="render as an operator with this built-in plugin disabled")
+    render.add_argument(
+        "--disable-plugin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="render as an operator with this built-in plugin disabled",
+    )
 
     crds = sub.add_parser("crds", help="generate the CRDs in crds/ from the API models")
     crds.add_argument("--output-dir", default=None, help="where to write (default: the package's crds/)")
-    crds.add_argument("--vendor-from", default=None, metavar="DIR",
-                      help="first refresh the vendored Kubernetes sub-schemas from upstream's reference CRDs")
+    crds.add_argument(
+        "--vendor-from",
+        default=None,
+        metavar="DIR",
+        help="first refresh the vendored Kubernetes sub-schemas from upstream's reference CRDs",
+    )
 
-    sub.add_parser("sandbox", help="run the local API server stand-in with the CRDs and runtimes installed",
-                   add_help=False)
+    run = sub.add_parser("run", help="run the operator against the cluster in KUBECONFIG or in-cluster")
+    scope = run.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    run.add_argument("--standalone", action="store_true", help="run without peering (always the case today)")
+    run.add_argument("--liveness", metavar="URL", help="serve a liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    run.add_argument("--log-format", choices=("plain", "json"), default="plain")
+    run.add_argument("-v", "--verbose", action="count", default=0)
+    run.add_argument("--config", metavar="FILE", help="operator Configuration (YAML)")
+
+    sub.add_parser("demo", help="show what the operator does for the bundled example TrainJobs")
+
+    sub.add_parser(
+        "sandbox",
+        help="run the local API server stand-in with the CRDs and runtimes installed",
+        add_help=False,
+    )
     return parser
 
 
@@ -57,6 +87,14 @@ def main(argv: list[str] | None = None) -> int:
             return run_render(args)
         if args.command == "crds":
             return _crds(args)
+        if args.command == "run":
+            from trainer.controller.main import run as run_operator
+
+            return run_operator(args)
+        if args.command == "demo":
+            from trainer.demo import run
+
+            return run()
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -10,6 +10,7 @@ that already has its snapshot).
 from __future__ import annotations
 
 import copy
+import hashlib
 import uuid
 from dataclasses import dataclass, field
 from importlib import resources
@@ -31,6 +32,17 @@ CHILD_ORDER = {"JobSet": 0, "ConfigMap": 1, "Secret": 2, "PodGroup": 3}
 def trainjob_uid(namespace: str, name: str) -> str:
     """A stable uid, so the same input renders to the same bytes."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
+
+
+def render_seed(uid: str) -> bytes:
+    """The seed offline renders hand to plugins that generate key material (``Info.seed``).
+
+    Derived from the TrainJob's uid, itself derived from its namespace and name, so that
+    ``trainer render --show-secrets`` prints the same bytes for the same input. Keys made this way
+    are predictable from the manifest: they are for looking at, never for a real cluster (the
+    operator renders without a seed and uses the operating system's randomness).
+    """
+    return hashlib.sha256(b"trainer render seed\x00" + uid.encode()).digest()
 
 
 @dataclass
@@ -99,7 +111,12 @@ class OfflineCluster:
         namespace = meta.get("namespace")
         if kind not in KINDS:
             self.refusals.append(
-                Refusal(kind, namespace, name, [FieldError("kind", "Unsupported value", f"{kind} is not served by {c.GROUP}")])
+                Refusal(
+                    kind,
+                    namespace,
+                    name,
+                    [FieldError("kind", "Unsupported value", f"{kind} is not served by {c.GROUP}")],
+                )
             )
             return
         key = (kind, namespace or "", name)
@@ -137,7 +154,7 @@ class OfflineCluster:
             meta["uid"] = trainjob_uid(namespace, name)
             meta["creationTimestamp"] = self.now
         self.trainjobs[(namespace, name)] = admitted
-        outcome = reconcile(admitted, self.facts, self.framework, self.now)
+        outcome = reconcile(admitted, self.facts, self.framework, self.now, seed=render_seed(meta["uid"]))
         written = self.children.setdefault((namespace, name), {})
         for child in outcome.objects:
             child_meta = child["metadata"]
@@ -150,7 +167,9 @@ class OfflineCluster:
             admitted["status"] = outcome.status
         else:
             admitted.pop("status", None)
-        self.warnings.extend(f"Warning: {e.reason}: {e.message}" for e in outcome.events if e.type == "Warning")
+        self.warnings.extend(
+            f"Warning: {e.reason}: {e.message}" for e in outcome.events if e.type == "Warning"
+        )
 
     def output(self) -> list[Obj]:
         """Each TrainJob once, in first-applied order, then its children in a fixed order."""
@@ -159,6 +178,9 @@ class OfflineCluster:
             items.append(trainjob)
             children = self.children.get((namespace, name), {})
             items.extend(
-                sorted(children.values(), key=lambda o: (CHILD_ORDER.get(o["kind"], 9), o["kind"], o["metadata"]["name"]))
+                sorted(
+                    children.values(),
+                    key=lambda o: (CHILD_ORDER.get(o["kind"], 9), o["kind"], o["metadata"]["name"]),
+                )
             )
         return items

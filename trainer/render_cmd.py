@@ -35,7 +35,11 @@ def run_render(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        framework = fw.load(fw.PluginConfig(disabled=frozenset(args.disable_plugin))) if args.disable_plugin else fw.default()
+        framework = (
+            fw.load(fw.PluginConfig(disabled=frozenset(args.disable_plugin)))
+            if args.disable_plugin
+            else fw.default()
+        )
     except fw.PluginConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -7,6 +7,7 @@ rules, transition rules on update), then the webhook rules (the runtime exists, 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from functools import cache
@@ -34,9 +35,11 @@ _ANCESTOR_CONTAINERS = {
 
 @cache
 def schemas() -> dict[str, Any]:
-    import trainer.crds
+    from importlib.util import find_spec
 
-    path = Path(trainer.crds.__file__).with_name("openapi.json")
+    spec = find_spec("trainer.crds")  # the data package; found without importing anything else
+    assert spec is not None and spec.origin is not None
+    path = Path(spec.origin).with_name("openapi.json")
     data: dict[str, Any] = json.loads(path.read_text())
     return data
 
@@ -56,11 +59,37 @@ def check_schema(obj: Obj, old: Obj | None) -> Obj:
                 for path in unknown
             ]
         )
-    admitted = structural.apply_defaults(schema, copy.deepcopy(obj))
+    admitted: Obj = structural.apply_defaults(schema, copy.deepcopy(obj))
+    if kind == c.TRAINJOB_KIND:
+        default_trainjob(admitted)
     errors = structural.validate(schema, admitted, old)
     if errors:
         raise AdmissionError(errors)
     return admitted
+
+
+def default_trainjob(trainjob: Obj) -> None:
+    """The defaulting webhook: what a mutating webhook changes before the schema is checked.
+
+    DECISIONS.md §9: the Kubeflow SDK sends resource quantities as numbers (``cpu: 2.0``), which
+    the CRD's int-or-string quantities refuse. Admission runs mutating webhooks before schema
+    validation, so writing them as canonical quantity strings here makes them acceptable
+    everywhere: offline, and on a cluster through the operator's defaulting webhook.
+    """
+    from trainer.api.quantity import canonical_quantity
+
+    resources = ((trainjob.get("spec") or {}).get("trainer") or {}).get("resourcesPerNode")
+    if not isinstance(resources, dict):
+        return
+    for key in ("limits", "requests"):
+        values = resources.get(key)
+        if not isinstance(values, dict):
+            continue
+        for name, value in values.items():
+            if isinstance(value, float):
+                # A value that is no quantity is left as is: the schema says what is wrong with it.
+                with contextlib.suppress(ValueError):
+                    values[name] = canonical_quantity(value)
 
 
 def check_version(obj: Obj) -> None:

@@ -26,8 +26,24 @@ INTERNAL = "Internal error"
 _OMIT = object()
 
 
+@dataclass(frozen=True)
+class GoValue:
+    """A bad value already printed the way Go's ``%#v`` prints it.
+
+    Kubernetes shows some values with Go syntax, e.g. the keys of a duplicate list-map entry as
+    ``map[string]interface {}{"name":"a"}``; wrapping the text keeps that wording exact.
+    """
+
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
 def render_value(value: Any) -> str:
     """Render a value the way Kubernetes does in field errors: strings quoted, objects by type."""
+    if isinstance(value, GoValue):
+        return value.text
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, bool):
@@ -48,7 +64,8 @@ class FieldError:
     """One reason an object is refused, at one field path.
 
     ``path`` uses Kubernetes notation: ``spec.trainer.env[0].name``, ``metadata.labels[key]``.
-    ``value`` is shown only for the types that show one (Invalid, Unsupported, Duplicate).
+    ``value`` is shown only for the types that show one (Invalid, Unsupported, Duplicate, and
+    Too many, which shows the actual count: ``Too many: 129: must have at most 128 items``).
     """
 
     path: str
@@ -58,7 +75,7 @@ class FieldError:
 
     def __str__(self) -> str:
         head = f"{self.path}: {self.type}" if self.path else self.type
-        if self.value is not _OMIT and self.type in (INVALID, UNSUPPORTED, DUPLICATE):
+        if self.value is not _OMIT and self.type in (INVALID, UNSUPPORTED, DUPLICATE, TOO_MANY):
             head += f": {render_value(self.value)}"
         return f"{head}: {self.detail}" if self.detail else head
 

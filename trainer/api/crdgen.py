@@ -51,7 +51,12 @@ VENDORED: dict[str, tuple[str, str]] = {
     ),
 }
 # Facets of a vendored node that belong to the field using it, not to the type.
-_FIELD_FACETS = ("x-kubernetes-validations", "maxItems", "x-kubernetes-list-type", "x-kubernetes-list-map-keys")
+_FIELD_FACETS = (
+    "x-kubernetes-validations",
+    "maxItems",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+)
 
 # Vendored types whose rules belong to the type itself (JobSet's own spec rules), so they stay.
 _TYPE_RULES = ("JobSetSpec",)
@@ -155,9 +160,9 @@ def _unwrap(annotation: Any) -> tuple[Any, list[Schema]]:
             facets.extend(m for m in args[1:] if isinstance(m, Schema))
             continue
         if get_origin(annotation) in (typing.Union, types.UnionType):
-            args = [a for a in get_args(annotation) if a is not type(None)]
-            if len(args) == 1:
-                annotation = args[0]
+            members = [a for a in get_args(annotation) if a is not type(None)]
+            if len(members) == 1:
+                annotation = members[0]
                 continue
         return annotation, facets
 
@@ -168,7 +173,9 @@ def _root_schema(model: type[BaseModel], embedded: Mapping[str, Any]) -> dict[st
     props["apiVersion"] = {"type": "string"}
     props["kind"] = {"type": "string"}
     props["metadata"] = {"type": "object"}
-    schema["required"] = [r for r in schema.get("required", []) if r not in ("apiVersion", "kind", "metadata")]
+    schema["required"] = [
+        r for r in schema.get("required", []) if r not in ("apiVersion", "kind", "metadata")
+    ]
     if not schema["required"]:
         del schema["required"]
     schema["properties"] = dict(sorted(props.items()))
@@ -202,13 +209,25 @@ def build_crds() -> list[dict[str, Any]]:
             status=True,
             columns=[
                 # DECISIONS.md §10: the condition that is True, not the last one whatever its status.
-                {"name": "State", "type": "string", "jsonPath": '.status.conditions[?(@.status=="True")].type'},
+                {
+                    "name": "State",
+                    "type": "string",
+                    "jsonPath": '.status.conditions[?(@.status=="True")].type',
+                },
                 {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name"},
                 {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes"},
                 age,
             ],
         ),
-        _crd(c.TRAINING_RUNTIME_KIND, "trainingruntimes", "Namespaced", ["tr"], runtime_schema, False, [framework, age]),
+        _crd(
+            c.TRAINING_RUNTIME_KIND,
+            "trainingruntimes",
+            "Namespaced",
+            ["tr"],
+            runtime_schema,
+            False,
+            [framework, age],
+        ),
         _crd(
             c.CLUSTER_TRAINING_RUNTIME_KIND,
             "clustertrainingruntimes",

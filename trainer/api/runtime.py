@@ -44,7 +44,9 @@ class TorchPolicy(APIModel):
 class MPIPolicy(APIModel):
     num_proc_per_node: Annotated[
         int,
-        Schema(default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in mpiPolicy must be >= 1"),)),
+        Schema(
+            default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in mpiPolicy must be >= 1"),)
+        ),
     ] = Field(1, alias="numProcPerNode")
     # DECISIONS.md §5: Intel MPI and MPICH are accepted, unlike upstream's enum.
     mpi_implementation: Annotated[str, Schema(default="OpenMPI", enum=MPI_IMPLEMENTATIONS)] = Field(
@@ -67,7 +69,9 @@ class XGBoostPolicy(APIModel):
 class FluxPolicy(APIModel):
     num_proc_per_node: Annotated[
         int,
-        Schema(default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in fluxPolicy must be >= 1"),)),
+        Schema(
+            default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in fluxPolicy must be >= 1"),)
+        ),
     ] = Field(1, alias="numProcPerNode")
 
 
@@ -135,7 +139,9 @@ class JobSetTemplateSpec(APIModel):
 class TrainingRuntimeSpec(APIModel):
     ml_policy: MLPolicyField = Field(None, alias="mlPolicy")
     pod_group_policy: PodGroupPolicy | None = Field(None, alias="podGroupPolicy")
-    template: Annotated[JobSetTemplateSpec, Schema(min_properties=1)] = Field(default_factory=JobSetTemplateSpec)
+    template: Annotated[JobSetTemplateSpec, Schema(min_properties=1)] = Field(
+        default_factory=JobSetTemplateSpec
+    )
 
 
 class TrainingRuntime(APIModel):
@@ -144,7 +150,9 @@ class TrainingRuntime(APIModel):
     api_version: str | None = Field(None, alias="apiVersion")
     kind: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: Annotated[TrainingRuntimeSpec, Schema(min_properties=1)] = Field(default_factory=TrainingRuntimeSpec)
+    spec: Annotated[TrainingRuntimeSpec, Schema(min_properties=1)] = Field(
+        default_factory=TrainingRuntimeSpec
+    )
 
     @property
     def name(self) -> str:

@@ -62,11 +62,14 @@ class Trainer(APIModel):
     )
     num_proc_per_node: Annotated[
         int | None,
-        Schema(format="int32", rules=(Rule("self >= 1", "numProcPerNode must be greater than or equal to 1"),)),
+        Schema(
+            format="int32", rules=(Rule("self >= 1", "numProcPerNode must be greater than or equal to 1"),)
+        ),
     ] = Field(None, alias="numProcPerNode")
 
 
 # --- runtimePatches: a restricted JobSet spec a manager (Kueue, a user) overlays on the runtime ---
+
 
 class TemplateMetadata(APIModel):
     """Labels and annotations a template carries to the object made from it."""
@@ -100,7 +103,13 @@ class PodSpecPatch(APIModel):
     ] = None
     image_pull_secrets: Annotated[
         list[dict[str, Any]] | None,
-        Schema(embed="LocalObjectReference", max_items=64, list_type="map", map_keys=("name",), rules=(IMMUTABLE,)),
+        Schema(
+            embed="LocalObjectReference",
+            max_items=64,
+            list_type="map",
+            map_keys=("name",),
+            rules=(IMMUTABLE,),
+        ),
     ] = Field(None, alias="imagePullSecrets")
     init_containers: Annotated[
         list[ContainerPatch] | None,
@@ -193,23 +202,23 @@ class TrainJobSpec(APIModel):
             ),
         ),
     ] = Field(MANAGED_BY_TRAINER, alias="managedBy")
-    active_deadline_seconds: Annotated[
-        int | None, Schema(format="int64", minimum=1, rules=(IMMUTABLE,))
-    ] = Field(None, alias="activeDeadlineSeconds")
+    active_deadline_seconds: Annotated[int | None, Schema(format="int64", minimum=1, rules=(IMMUTABLE,))] = (
+        Field(None, alias="activeDeadlineSeconds")
+    )
 
 
 # --- status ---
 
 
-CONDITION_TYPE_PATTERN = (
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
-)
+CONDITION_TYPE_PATTERN = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
 
 
 class Condition(APIModel):
     type: Annotated[str, Schema(max_length=316, pattern=CONDITION_TYPE_PATTERN)]
     status: Annotated[str, Schema(enum=("True", "False", "Unknown"))]
-    reason: Annotated[str, Schema(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")]
+    reason: Annotated[
+        str, Schema(min_length=1, max_length=1024, pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+    ]
     message: Annotated[str, Schema(max_length=32768)]
     last_transition_time: Annotated[str, Schema(format="date-time")] = Field(alias="lastTransitionTime")
     observed_generation: Annotated[int | None, Schema(format="int64", minimum=0)] = Field(
@@ -242,7 +251,9 @@ class TrainerStatus(APIModel):
         None, alias="estimatedRemainingSeconds"
     )
     metrics: Annotated[list[Metric] | None, Schema(max_items=256, list_type="atomic")] = None
-    last_updated_time: Annotated[str | None, Schema(format="date-time")] = Field(None, alias="lastUpdatedTime")
+    last_updated_time: Annotated[str | None, Schema(format="date-time")] = Field(
+        None, alias="lastUpdatedTime"
+    )
 
 
 class TrainJobStatus(APIModel):

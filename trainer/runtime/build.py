@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.runtime import TrainingRuntime
 from trainer.api.trainjob import TrainJob
-from trainer.runtime.info import Facts, Info, PodSet, PluginError
+from trainer.runtime.info import Facts, Info, PluginError, PodSet
 from trainer.runtime.podspec import find, merge_resources
 from trainer.runtime.strategic_merge import jobset_merge_keys, strategic_merge
 
 Obj = dict[str, Any]
+
+
+def _unshared(value: Any) -> Any:
+    """A deep copy in which no two places hold the same object. copy.deepcopy keeps aliases, and a
+    runtime read from YAML with anchors (``containers: *same``) shares one dict between replicated
+    jobs: a plugin changing the launcher's container would change the nodes' too."""
+    if isinstance(value, dict):
+        return {key: _unshared(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_unshared(item) for item in value]
+    return value
 
 
 def build_info(
@@ -30,7 +40,7 @@ def build_info(
     meta = template.get("metadata") or {}
     labels: dict[str, str] = dict(meta.get("labels") or {})
     annotations: dict[str, str] = dict(meta.get("annotations") or {})
-    jobset_spec: Obj = copy.deepcopy(template.get("spec") or {})
+    jobset_spec: Obj = _unshared(template.get("spec") or {})
     original_order = [rj.get("name") for rj in jobset_spec.get("replicatedJobs") or []]
 
     for patch in trainjob_obj.get("spec", {}).get("runtimePatches") or []:
@@ -51,13 +61,17 @@ def build_info(
     trainer = trainjob.spec.trainer
     pod_sets: list[PodSet] = []
     for rjob in jobset_spec.get("replicatedJobs") or []:
-        ancestor = ((rjob.get("template") or {}).get("metadata") or {}).get("labels", {}).get(c.ANCESTOR_LABEL)
+        ancestor = (
+            ((rjob.get("template") or {}).get("metadata") or {}).get("labels", {}).get(c.ANCESTOR_LABEL)
+        )
         job_spec = (rjob.get("template") or {}).get("spec") or {}
         count = job_spec.get("parallelism")
         count = 1 if count is None else int(count)
         if ancestor == c.ANCESTOR_TRAINER and ml_policy is not None:
             count = ml_policy.num_nodes if ml_policy.num_nodes is not None else 1
-        pod_set = PodSet(name=rjob.get("name", ""), ancestor=ancestor, count=max(count, 1), replicated_job=rjob)
+        pod_set = PodSet(
+            name=rjob.get("name", ""), ancestor=ancestor, count=max(count, 1), replicated_job=rjob
+        )
         merge_here = (ancestor == c.ANCESTOR_TRAINER and ml_policy is not None) or (
             pod_set.name == c.NODE and mpi is not None and mpi.run_launcher_as_node
         )
@@ -103,3 +117,23 @@ def effective_resources(info: Info) -> Obj | None:
     if trainer is not None and trainer.resources_per_node is not None:
         return trainer.resources_per_node
     return runtime_resources(info)
+
+
+def gang_totals(info: Info) -> tuple[int, dict[str, str]]:
+    """Pods and resources the whole TrainJob needs at once: what a gang scheduler's PodGroup asks
+    for (spec §3, §4). Every pod set counts, initializers and launcher included, with its final
+    count; resources requested by no pod are absent; quantities are canonical strings."""
+    from trainer.api.quantity import Quantity, pod_requests
+
+    members = 0
+    totals: dict[str, Quantity] = {}
+    for pod_set in info.pod_sets:
+        members += pod_set.count
+        try:
+            requests = pod_requests(pod_set.pod_spec)
+        except ValueError as exc:
+            raise PluginError(f"replicatedJob {pod_set.name}: cannot read resource requests: {exc}") from exc
+        for name, quantity in requests.items():
+            scaled = quantity * pod_set.count
+            totals[name] = totals[name] + scaled if name in totals else scaled
+    return members, {name: totals[name].canonical() for name in sorted(totals)}

@@ -104,9 +104,48 @@ def _external_entry_points() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN_PLUGINS}
 
 
+# Hook options that would let a plugin step out of the fixed order (DECISIONS.md §1).
+_ORDER_OPTIONS = ("tryfirst", "trylast", "hookwrapper", "wrapper")
+
+
+def _check_external(plugin: Any, name: str) -> None:
+    """Refuse, at start-up and by name, a plugin from another package that would fail later or
+    run out of order: the operator should not start with a plugin it cannot run as documented."""
+    if getattr(plugin, "name", None) != name:
+        raise PluginConfigError(
+            f"plugin {name!r}: its object's name is {getattr(plugin, 'name', None)!r}; it must equal the "
+            f"entry-point name, which is what the allow-list and error messages use"
+        )
+    if not callable(getattr(plugin, "needed_by", None)):
+        raise PluginConfigError(f"plugin {name!r} has no needed_by(spec) method")
+    marker = f"{hookspecs.PROJECT}_impl"
+    for attr in dir(plugin):
+        opts = getattr(getattr(plugin, attr, None), marker, None)
+        if not isinstance(opts, dict):
+            continue
+        hook = opts.get("specname") or attr
+        if not callable(getattr(hookspecs, hook, None)) or not hook.startswith(f"{hookspecs.PROJECT}_"):
+            raise PluginConfigError(
+                f"plugin {name!r} implements {hook!r}, which is not a hook of trainer.runtime.hookspecs"
+            )
+        ordered = [opt for opt in _ORDER_OPTIONS if opts.get(opt)]
+        if ordered:
+            raise PluginConfigError(
+                f"plugin {name!r}: {hook} is marked {', '.join(ordered)}; plugins from other packages run after "
+                "the built-ins in a fixed order, so these options are not supported"
+            )
+
+
 def load(config: PluginConfig | None = None, extra: Iterable[Plugin] = ()) -> Framework:
-    """Build the framework for a configuration: built-ins minus disabled, plus allowed externals."""
+    """Build the framework for a configuration: built-ins minus disabled, plus allowed externals.
+
+    A plugin from another package is imported only when ``config.allowed_external`` names it:
+    installing a package must not be enough to run code inside the operator.
+    """
     config = config or PluginConfig()
+    builtin_allowed = sorted(set(config.allowed_external) & set(BUILTIN_PLUGINS))
+    if builtin_allowed:
+        raise PluginConfigError(f"built-in plugins need no allow-listing: {', '.join(builtin_allowed)}")
     external = _external_entry_points() if config.allowed_external else {}
     unknown = sorted(set(config.disabled) - set(BUILTIN_PLUGINS) - set(external))
     if unknown:
@@ -123,9 +162,10 @@ def load(config: PluginConfig | None = None, extra: Iterable[Plugin] = ()) -> Fr
             continue
         try:
             loaded = external[name].load()
+            plugin = loaded() if isinstance(loaded, type) else loaded
         except Exception as exc:  # a broken third-party package must say so, not crash obscurely
             raise PluginConfigError(f"plugin {name!r} failed to load: {exc}") from exc
-        plugin = loaded() if isinstance(loaded, type) else loaded
+        _check_external(plugin, name)
         enabled.append(plugin)
     enabled.extend(extra)
     return Framework(enabled, known=builtins)

@@ -86,8 +86,15 @@ def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def reconcile(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str) -> Outcome:
-    """Decide everything about one TrainJob as it stands now."""
+def reconcile(
+    trainjob_obj: Obj, facts: Facts, framework: Framework, now: str, *, seed: bytes | None = None
+) -> Outcome:
+    """Decide everything about one TrainJob as it stands now.
+
+    ``seed`` makes generated key material reproducible (``Info.seed``): ``trainer render`` passes
+    one derived from the TrainJob so its output is byte-for-byte stable; the operator passes None,
+    so keys come from the operating system's randomness.
+    """
     spec = trainjob_obj.get("spec") or {}
     managed_by = spec.get("managedBy") or c.MANAGED_BY_TRAINER
     if managed_by != c.MANAGED_BY_TRAINER:
@@ -114,7 +121,7 @@ def reconcile(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str) -
     finished = cond.is_finished(status)
     if not finished:
         try:
-            _build(trainjob_obj, facts, framework, now, outcome)
+            _build(trainjob_obj, facts, framework, now, outcome, seed)
         except (PluginError, RuntimeNotFound) as exc:
             _record_failure(outcome, conditions, exc, now)
         else:
@@ -124,13 +131,23 @@ def reconcile(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str) -
     if suspended:
         cond.set_condition(
             conditions,
-            {"type": c.COND_SUSPENDED, "status": "True", "reason": c.REASON_SUSPENDED, "message": c.MSG_SUSPENDED},
+            {
+                "type": c.COND_SUSPENDED,
+                "status": "True",
+                "reason": c.REASON_SUSPENDED,
+                "message": c.MSG_SUSPENDED,
+            },
             now,
         )
     elif cond.is_true(conditions, c.COND_SUSPENDED):
         cond.set_condition(
             conditions,
-            {"type": c.COND_SUSPENDED, "status": "False", "reason": c.REASON_RESUMED, "message": c.MSG_RESUMED},
+            {
+                "type": c.COND_SUSPENDED,
+                "status": "False",
+                "reason": c.REASON_RESUMED,
+                "message": c.MSG_RESUMED,
+            },
             now,
         )
 
@@ -140,13 +157,17 @@ def reconcile(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str) -
     return outcome
 
 
-def _build(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str, outcome: Outcome) -> Info:
+def _build(
+    trainjob_obj: Obj, facts: Facts, framework: Framework, now: str, outcome: Outcome, seed: bytes | None
+) -> Info:
     meta = trainjob_obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     spec = trainjob_obj["spec"]
     snapshot = facts.get("ConfigMap", namespace, snapshot_name(meta.get("name", "")))
-    runtime_obj = read_snapshot(snapshot, trainjob_obj) if snapshot is not None else lookup_runtime(
-        facts, spec.get("runtimeRef") or {}, namespace
+    runtime_obj = (
+        read_snapshot(snapshot, trainjob_obj)
+        if snapshot is not None
+        else lookup_runtime(facts, spec.get("runtimeRef") or {}, namespace)
     )
     try:
         runtime = TrainingRuntime.model_validate(runtime_obj)
@@ -158,6 +179,7 @@ def _build(trainjob_obj: Obj, facts: Facts, framework: Framework, now: str, outc
     if missing:
         raise PluginError(f"the runtime needs plugins that are disabled: {', '.join(missing)}")
     info = build_info(trainjob, trainjob_obj, runtime, runtime_obj, facts, now=now)
+    info.seed = seed
     hook = framework.hook
     hook.trainer_enforce_ml_policy(info=info)
     hook.trainer_enforce_pod_group_policy(info=info)
@@ -173,7 +195,9 @@ def _record_failure(outcome: Outcome, conditions: list[Obj], exc: Exception, now
     message = str(exc)
     outcome.error = message
     short = message if len(message) <= 950 else message[:950] + " ..."
-    outcome.events.append(Event("Warning", EVENT_RESOURCES_FAILED, f"TrainJob resources reconciliation failed: {short}"))
+    outcome.events.append(
+        Event("Warning", EVENT_RESOURCES_FAILED, f"TrainJob resources reconciliation failed: {short}")
+    )
     reason = c.REASON_RUNTIME_NOT_FOUND if isinstance(exc, RuntimeNotFound) else EVENT_RESOURCES_FAILED
     cond.set_condition(
         conditions,

@@ -24,7 +24,11 @@ def _dump(runtime: Obj) -> str:
     kept = {
         "apiVersion": runtime.get("apiVersion", c.API_VERSION),
         "kind": runtime.get("kind"),
-        "metadata": {k: v for k, v in (runtime.get("metadata") or {}).items() if k in ("name", "namespace", "labels", "annotations")},
+        "metadata": {
+            k: v
+            for k, v in (runtime.get("metadata") or {}).items()
+            if k in ("name", "namespace", "labels", "annotations")
+        },
         "spec": runtime.get("spec") or {},
     }
     return str(yaml.safe_dump(kept, sort_keys=False))
@@ -47,7 +51,9 @@ def read_snapshot(configmap: Obj, trainjob: Obj) -> Obj:
     owners = (configmap.get("metadata") or {}).get("ownerReferences") or []
     controller = next((o for o in owners if o.get("controller")), None)
     if controller is None or controller.get("uid") != uid:
-        raise PluginError("invalid runtime snapshot: a snapshot configmap exists but is owned by another object")
+        raise PluginError(
+            "invalid runtime snapshot: a snapshot configmap exists but is owned by another object"
+        )
     text = (configmap.get("data") or {}).get(c.RUNTIME_SNAPSHOT_KEY)
     if text is None:
         raise PluginError(f"invalid runtime snapshot: key {c.RUNTIME_SNAPSHOT_KEY!r} is missing")
@@ -61,8 +67,10 @@ def read_snapshot(configmap: Obj, trainjob: Obj) -> Obj:
     name = (runtime.get("metadata") or {}).get("name")
     kind = runtime.get("kind")
     group = str(runtime.get("apiVersion", "")).split("/")[0]
-    if name != ref.get("name") or (ref.get("kind") and kind != ref.get("kind")) or (
-        ref.get("apiGroup") and group != ref.get("apiGroup")
+    if (
+        name != ref.get("name")
+        or (ref.get("kind") and kind != ref.get("kind"))
+        or (ref.get("apiGroup") and group != ref.get("apiGroup"))
     ):
         raise PluginError(
             f"invalid runtime snapshot: it holds {kind} {name!r}, not the runtime the TrainJob references"

@@ -1,0 +1,79 @@
+"""Everything we accept or write fits the schemas it will meet on a cluster."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from render_helpers import ROOT, SHARED, needs_shared, render, trainjob
+
+from trainer.api.runtime import ClusterTrainingRuntime
+from trainer.offline import OfflineCluster
+from trainer.runtime import framework
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate")
+
+REFERENCE_RUNTIMES = sorted(
+    p for p in (SHARED / "reference/runtimes").rglob("*.yaml") if p.name != "kustomization.yaml"
+)
+OUR_RUNTIMES = sorted((ROOT / "runtimes").glob("*.yaml"))
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+
+
+def _load(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
+    return doc
+
+
+@needs_shared()
+@pytest.mark.parametrize("path", REFERENCE_RUNTIMES, ids=lambda p: p.name)
+def test_every_upstream_runtime_is_admitted_and_round_trips(path: Path) -> None:
+    manifest = _load(path)
+    cluster = render(manifest)
+    assert not cluster.refusals, [r.lines() for r in cluster.refusals]
+    # The typed view loses nothing a user wrote.
+    model = ClusterTrainingRuntime.model_validate(manifest)
+    assert model.model_dump(by_alias=True, exclude_unset=True) == manifest
+
+
+@pytest.mark.parametrize("path", OUR_RUNTIMES, ids=lambda p: p.name)
+def test_our_runtimes_render(path: Path) -> None:
+    manifest = _load(path)
+    assert manifest["metadata"]["labels"]["trainer.kubeflow.org/framework"]
+    cluster = render(manifest, trainjob(runtime_name=manifest["metadata"]["name"]))
+    assert not cluster.refusals, [r.lines() for r in cluster.refusals]
+    assert any(o["kind"] == "JobSet" for o in cluster.output())
+
+
+def _crd_schema(path: Path) -> dict[str, Any]:
+    schema: dict[str, Any] = _load(path)["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _rendered_examples() -> list[dict[str, Any]]:
+    cluster = OfflineCluster(framework=framework.default())
+    cluster.load_default_runtimes()
+    for path in EXAMPLES:
+        cluster.apply(_load(path))
+    assert not cluster.refusals
+    return cluster.output()
+
+
+@needs_shared()
+def test_rendered_objects_validate_against_their_schemas() -> None:
+    jobset_schema = _crd_schema(SHARED / "reference/crds/jobset/jobset.x-k8s.io_jobsets.yaml")
+    trainjob_schema = _crd_schema(SHARED / "reference/crds/trainer/trainer.kubeflow.org_trainjobs.yaml")
+    seen = set()
+    for obj in _rendered_examples():
+        seen.add(obj["kind"])
+        if obj["kind"] == "JobSet":
+            jsonschema.validate(obj, jobset_schema)
+        elif obj["kind"] == "TrainJob":
+            jsonschema.validate(obj, trainjob_schema)
+        else:
+            kubernetes_validate.validate(copy.deepcopy(obj), "1.32", strict=True)
+    assert {"TrainJob", "JobSet", "ConfigMap"} <= seen

@@ -1,0 +1,333 @@
+"""JobSet plugin: the builder, initializers, runtime patches, the freeze rule, snapshot, status, admission."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from render_helpers import container, env, only, render, replicated_job, rjob, runtime, trainjob
+
+from trainer.runtime import framework
+from trainer.runtime.info import Facts
+from trainer.runtime.render import reconcile
+
+TORCH = {"numNodes": 1, "torch": {}}
+
+
+def init_runtime(**extra: Any) -> dict[str, Any]:
+    mount = [{"name": "initializer", "mountPath": "/workspace"}]
+    dataset = {
+        "name": "dataset-initializer",
+        "image": "d",
+        "volumeMounts": mount,
+        "env": [{"name": "PRE_EXISTING", "value": "runtime"}, {"name": "OTHER", "value": "o"}],
+    }
+    jobs = [
+        replicated_job("dataset-initializer", "dataset-initializer", [dataset]),
+        replicated_job(
+            "model-initializer",
+            "model-initializer",
+            [{"name": "model-initializer", "image": "m", "volumeMounts": mount}],
+        ),
+        replicated_job(
+            "node", "trainer", [{"name": "node", "image": "n", "command": ["runtime"], "args": ["a"]}]
+        ),
+    ]
+    return runtime(ml_policy={"numNodes": 2}, jobs=jobs, **extra)
+
+
+def test_builder_metadata_owner_suspend_and_counts() -> None:
+    rt = init_runtime()
+    rt["spec"]["template"]["metadata"] = {"labels": {"team": "a"}, "annotations": {"note": "x"}}
+    rt["metadata"]["labels"] = {"not": "propagated"}
+    cluster = render(
+        rt, trainjob(suspend=True, trainer={"image": "mine", "command": ["train"], "args": ["--fast"]})
+    )
+    jobset = only(cluster, "JobSet")
+    tj = only(cluster, "TrainJob")
+    assert jobset["metadata"]["labels"] == {"team": "a"}
+    assert jobset["metadata"]["annotations"] == {"note": "x"}
+    assert jobset["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "name": "job",
+            "uid": tj["metadata"]["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
+    assert jobset["spec"]["suspend"] is True
+    node = container(jobset, "node")
+    assert (node["image"], node["command"], node["args"]) == ("mine", ["train"], ["--fast"])
+    assert container(jobset, "dataset-initializer", "dataset-initializer")["image"] == "d"
+    counts = {
+        rj["name"]: (rj["replicas"], rj["template"]["spec"]["parallelism"])
+        for rj in jobset["spec"]["replicatedJobs"]
+    }
+    assert counts == {"dataset-initializer": (1, 1), "model-initializer": (1, 1), "node": (1, 2)}
+    assert tj["status"]["conditions"][0]["type"] == "Suspended"
+
+
+def test_initializer_env_upsert_order_and_secret() -> None:
+    cluster = render(
+        init_runtime(),
+        trainjob(
+            initializer={
+                "dataset": {
+                    "storageUri": "hf://org/data",
+                    "env": [
+                        {"name": "CUSTOM_FROM_USER", "value": "u"},
+                        {"name": "PRE_EXISTING", "value": "user"},
+                    ],
+                    "secretRef": {"name": "hf-token"},
+                }
+            }
+        ),
+    )
+    ct = container(only(cluster, "JobSet"), "dataset-initializer", "dataset-initializer")
+    assert [(e["name"], e["value"]) for e in ct["env"]] == [
+        ("PRE_EXISTING", "user"),
+        ("OTHER", "o"),
+        ("STORAGE_URI", "hf://org/data"),
+        ("CUSTOM_FROM_USER", "u"),
+    ]
+    assert ct["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
+
+
+def test_initializer_requires_job_container_and_mount() -> None:
+    rt = runtime(ml_policy=TORCH)
+    (refusal,) = render(rt, trainjob(initializer={"model": {"storageUri": "hf://m"}})).refusals
+    assert "model-initializer job when trainJob is configured with input modelConfig" in refusal.lines()[0]
+    unmounted = init_runtime()
+    del unmounted["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["volumeMounts"]
+    (refusal,) = render(unmounted, trainjob(initializer={"dataset": {"storageUri": "hf://d"}})).refusals
+    assert "volumeMount named initializer" in refusal.lines()[0]
+
+
+def patch(
+    manager: str,
+    pod_spec: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    job: str = "node",
+) -> dict[str, Any]:
+    template: dict[str, Any] = {}
+    if meta:
+        template["metadata"] = meta
+    if pod_spec is not None:
+        template["spec"] = {
+            "replicatedJobs": [{"name": job, "template": {"spec": {"template": {"spec": pod_spec}}}}]
+        }
+    return {"manager": manager, "trainingRuntimeSpec": {"template": template}}
+
+
+def test_runtime_patches_apply_in_order_later_wins() -> None:
+    rt = runtime(ml_policy=TORCH)
+    rt["spec"]["template"]["metadata"] = {"labels": {"a": "runtime", "keep": "k"}}
+    patches = [
+        patch(
+            "one.io/a",
+            {"nodeSelector": {"pool": "a", "zone": "z"}, "tolerations": [{"key": "t1"}]},
+            {"labels": {"a": "one"}},
+        ),
+        patch(
+            "two.io/b",
+            {"nodeSelector": {"pool": "b"}, "tolerations": [{"key": "t2"}]},
+            {"labels": {"a": "two"}},
+        ),
+    ]
+    jobset = only(render(rt, trainjob(runtimePatches=patches)), "JobSet")
+    pod = rjob(jobset, "node")["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "b", "zone": "z"}
+    assert pod["tolerations"] == [{"key": "t2"}]
+    assert jobset["metadata"]["labels"] == {"a": "two", "keep": "k"}
+
+
+def test_runtime_patch_naming_missing_job_or_container_is_refused() -> None:
+    rt = runtime(ml_policy=TORCH)
+    (refusal,) = render(
+        rt, trainjob(runtimePatches=[patch("x.io/y", {"nodeSelector": {"a": "b"}}, job="worker")])
+    ).refusals
+    assert (
+        "replicatedJobs[0].name" in refusal.lines()[0]
+        and "does not exist in the runtime job template" in refusal.lines()[0]
+    )
+    bad = patch(
+        "x.io/y", {"containers": [{"name": "ghost", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}]}
+    )
+    (refusal,) = render(rt, trainjob(runtimePatches=[bad])).refusals
+    assert "must not name a container that does not exist in the runtime job node" in refusal.lines()[0]
+    env_patch = patch("x.io/y", {"containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}]})
+    (refusal,) = render(rt, trainjob(runtimePatches=[env_patch])).refusals
+    assert (
+        "must not have envs for the dataset-initializer, model-initializer, node containers"
+        in refusal.lines()[0]
+    )
+    (refusal,) = render(
+        rt, trainjob(runtimePatches=[patch("kueue.k8s.io/", {"nodeSelector": {"a": "b"}})])
+    ).refusals
+    assert "must be a domain-prefixed path" in refusal.lines()[0]
+
+
+def test_runtime_patch_update_only_while_suspended() -> None:
+    rt = runtime(ml_policy=TORCH)
+    first = trainjob(suspend=True, runtimePatches=[patch("x.io/y", {"nodeSelector": {"pool": "a"}})])
+    second = trainjob(suspend=True, runtimePatches=[patch("x.io/y", {"nodeSelector": {"pool": "b"}})])
+    cluster = render(rt, first, second)
+    assert not cluster.refusals
+    pod = rjob(only(cluster, "JobSet"), "node")["template"]["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "b"}, "a suspended JobSet is re-applied with the new patch"
+    running = [trainjob(runtimePatches=[patch("x.io/y", {"nodeSelector": {"pool": p}})]) for p in "ab"]
+    (refusal,) = render(rt, *running).refusals
+    assert "RuntimePatches can only be modified when the TrainJob is suspended" in refusal.lines()[0]
+
+
+def test_running_jobset_is_frozen_and_resume_reapplies() -> None:
+    rt = runtime(ml_policy=TORCH)
+    suspended = trainjob(suspend=True, trainer={"image": "a"})
+    resumed = trainjob(suspend=False, trainer={"image": "a"})
+    cluster = render(rt, suspended, resumed)
+    jobset = only(cluster, "JobSet")
+    assert jobset["spec"]["suspend"] is False
+    conds = {c["type"]: (c["status"], c["reason"]) for c in only(cluster, "TrainJob")["status"]["conditions"]}
+    assert conds == {"Suspended": ("False", "Resumed")}
+
+
+def test_snapshot_pins_the_runtime() -> None:
+    rt = runtime(ml_policy=TORCH)
+    changed = runtime(
+        ml_policy=TORCH, jobs=[replicated_job("node", "trainer", [{"name": "node", "image": "changed"}])]
+    )
+    cluster = render(
+        rt,
+        trainjob(suspend=True),
+        changed,
+        trainjob(suspend=True, runtimePatches=[patch("x.io/y", {"nodeSelector": {"a": "b"}})]),
+    )
+    assert container(only(cluster, "JobSet"), "node")["image"] == "rt:img"
+    snapshot = only(cluster, "ConfigMap", "job-runtime-snapshot")
+    assert "kind: ClusterTrainingRuntime" in snapshot["data"]["runtime"]
+    assert snapshot["metadata"]["labels"] == {"trainer.kubeflow.org/trainjob-name": "job"}
+
+
+def _facts_with(*objs: dict[str, Any]) -> Facts:
+    facts = Facts()
+    for obj in objs:
+        facts.put(obj)
+    return facts
+
+
+def test_status_from_jobset_conditions_and_jobs() -> None:
+    cluster = render(runtime(ml_policy=TORCH), trainjob())
+    tj = only(cluster, "TrainJob")
+    jobset = only(cluster, "JobSet")
+    jobset["status"] = {
+        "conditions": [
+            {
+                "type": "Completed",
+                "status": "True",
+                "reason": "AllJobsCompleted",
+                "message": "jobset completed successfully",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            },
+            {
+                "type": "StartupPolicyCompleted",
+                "status": "True",
+                "reason": "x",
+                "message": "y",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            },
+        ],
+        "replicatedJobsStatus": [
+            {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+        ],
+    }
+    facts = _facts_with(
+        jobset, *[o for o in cluster.output() if o["kind"] == "ConfigMap"], runtime(ml_policy=TORCH)
+    )
+    outcome = reconcile(tj, facts, framework.default(), "2026-01-02T00:00:00Z")
+    assert outcome.status == {
+        "conditions": [
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "AllJobsCompleted",
+                "message": "jobset completed successfully",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+        "jobsStatus": [
+            {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+        ],
+    }
+    # Finished: nothing is built again, even with the JobSet gone (DECISIONS.md §4).
+    tj["status"] = outcome.status
+    facts.remove("JobSet", "default", "job")
+    again = reconcile(tj, facts, framework.default(), "2026-01-03T00:00:00Z")
+    assert again.objects == [] and again.status == outcome.status
+
+
+def test_missing_runtime_is_retryable_status_and_recovers() -> None:
+    tj = trainjob()
+    tj["metadata"]["uid"] = "u1"
+    outcome = reconcile(tj, Facts(), framework.default(), "2026-01-01T00:00:00Z")
+    assert outcome.objects == []
+    (cond,) = outcome.status["conditions"]
+    assert (cond["type"], cond["status"], cond["reason"]) == (
+        "ReconcileFailed",
+        "True",
+        "TrainingRuntimeNotFound",
+    )
+    assert outcome.events[0].reason == "TrainJobResourcesCreationFailed"
+    tj["status"] = outcome.status
+    recovered = reconcile(
+        tj, _facts_with(runtime(ml_policy=TORCH)), framework.default(), "2026-01-01T00:01:00Z"
+    )
+    assert "status" not in tj or recovered.status == {}
+    assert {o["kind"] for o in recovered.objects} == {"JobSet", "ConfigMap"}
+
+
+def test_unsupported_runtime_kind_fails_for_good() -> None:
+    tj = trainjob(kind="Foo")
+    outcome = reconcile(tj, Facts(), framework.default(), "2026-01-01T00:00:00Z")
+    (cond,) = outcome.status["conditions"]
+    assert (cond["type"], cond["reason"], cond["message"]) == (
+        "Failed",
+        "TrainingRuntimeNotSupported",
+        "unsupported runtime: Foo.trainer.kubeflow.org",
+    )
+
+
+def test_managed_by_multikueue_is_left_alone() -> None:
+    cluster = render(runtime(ml_policy=TORCH), trainjob(managedBy="kueue.x-k8s.io/multikueue"))
+    assert [o["kind"] for o in cluster.output()] == ["TrainJob"]
+    assert "status" not in only(cluster, "TrainJob")
+
+
+def test_deadline_fails_and_deletes_the_jobset() -> None:
+    cluster = render(runtime(ml_policy=TORCH), trainjob(activeDeadlineSeconds=60))
+    tj = only(cluster, "TrainJob")
+    facts = _facts_with(*[o for o in cluster.output() if o["kind"] != "TrainJob"], runtime(ml_policy=TORCH))
+    early = reconcile(tj, facts, framework.default(), "1970-01-01T00:00:30Z")
+    assert early.requeue_after == 30 and not early.delete
+    late = reconcile(tj, facts, framework.default(), "1970-01-01T00:01:01Z")
+    assert late.delete == [("JobSet", "default", "job")]
+    failed = next(c for c in late.status["conditions"] if c["type"] == "Failed")
+    assert (failed["reason"], failed["message"]) == (
+        "DeadlineExceeded",
+        "TrainJob exceeded its active deadline",
+    )
+
+
+def test_quantities_are_written_canonically() -> None:
+    """DECISIONS.md §9: numbers the SDK sends become Kubernetes quantity strings."""
+    cluster = render(
+        runtime(ml_policy=TORCH),
+        trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 2.0, "memory": "2048Mi"}}}),
+    )
+    assert container(only(cluster, "JobSet"), "node")["resources"]["requests"] == {
+        "cpu": "2",
+        "memory": "2Gi",
+    }
+    assert env(container(only(cluster, "JobSet"), "node"))["PET_NPROC_PER_NODE"] == "2"

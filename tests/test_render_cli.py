@@ -1,0 +1,163 @@
+"""`trainer render` end to end, as other tools call it: a subprocess, files, stdin, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from render_helpers import ROOT, runtime, trainjob
+
+TRAINER = [sys.executable, "-m", "trainer.cli"]
+TORCH = {"numNodes": 1, "torch": {}}
+
+
+def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TRAINER, "render", *args], input=stdin, capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+
+
+def write(tmp: Path, name: str, *objs: dict[str, Any]) -> str:
+    path = tmp / name
+    path.write_text(yaml.safe_dump_all(objs))
+    return str(path)
+
+
+def test_yaml_output_order_and_determinism(tmp_path: Path) -> None:
+    f = write(tmp_path, "in.yaml", runtime(ml_policy=TORCH), trainjob("b"), trainjob("a"))
+    first = run("--no-default-runtimes", "-f", f)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout == run("--no-default-runtimes", "-f", f).stdout, "output must be byte-for-byte stable"
+    docs = list(yaml.safe_load_all(first.stdout))
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("TrainJob", "b"),
+        ("JobSet", "b"),
+        ("ConfigMap", "b-runtime-snapshot"),
+        ("TrainJob", "a"),
+        ("JobSet", "a"),
+        ("ConfigMap", "a-runtime-snapshot"),
+    ]
+    assert docs[0]["metadata"]["creationTimestamp"] == "1970-01-01T00:00:00Z"
+    assert docs[0]["spec"]["runtimeRef"] == {
+        "name": "rt",
+        "apiGroup": "trainer.kubeflow.org",
+        "kind": "ClusterTrainingRuntime",
+    }
+    assert docs[0]["spec"]["suspend"] is False, "CRD defaults are applied"
+    assert "status" not in docs[0]
+
+
+def test_json_list_stdin_and_now(tmp_path: Path) -> None:
+    payload = json.dumps(
+        {"apiVersion": "v1", "kind": "List", "items": [runtime(ml_policy=TORCH), trainjob(suspend=True)]}
+    )
+    out = run(
+        "--no-default-runtimes", "-f", "-", "-o", "json", "--now", "2026-05-01T10:00:00Z", stdin=payload
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["kind"] == "List" and data["apiVersion"] == "v1"
+    tj = data["items"][0]
+    assert tj["metadata"]["creationTimestamp"] == "2026-05-01T10:00:00Z"
+    assert tj["status"]["conditions"][0]["lastTransitionTime"] == "2026-05-01T10:00:00Z"
+
+
+def test_directory_input_is_lexical_and_not_recursive(tmp_path: Path) -> None:
+    write(tmp_path, "b-job.yaml", trainjob())
+    write(tmp_path, "a-runtime.yml", runtime(ml_policy=TORCH))
+    (tmp_path / "notes.txt").write_text("not a manifest")
+    (tmp_path / "sub").mkdir()
+    write(tmp_path / "sub", "x.yaml", trainjob("nested"))
+    out = run("--no-default-runtimes", "-f", str(tmp_path), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    assert [i["metadata"]["name"] for i in json.loads(out.stdout)["items"] if i["kind"] == "TrainJob"] == [
+        "job"
+    ]
+
+
+def test_default_runtimes_and_replacement(tmp_path: Path) -> None:
+    out = run("-f", write(tmp_path, "j.yaml", trainjob(runtime_name="torch-distributed")), "-o", "json")
+    assert out.returncode == 0, out.stderr
+    own = runtime("torch-distributed", ml_policy={"numNodes": 4, "torch": {}})
+    out = run("-f", write(tmp_path, "k.yaml", own, trainjob(runtime_name="torch-distributed")), "-o", "json")
+    jobset = json.loads(out.stdout)["items"][1]
+    assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["parallelism"] == 4
+
+
+def test_refusal_exit_1_names_object_and_field(tmp_path: Path) -> None:
+    bad = trainjob(trainer={"numNodes": -1})
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "bad.yaml", runtime(ml_policy=TORCH), bad))
+    assert out.returncode == 1
+    assert out.stdout == ""
+    assert out.stderr.startswith("TrainJob default/job: spec.trainer.numNodes: ")
+    assert "Traceback" not in out.stderr
+
+
+def test_missing_runtime_is_a_refusal(tmp_path: Path) -> None:
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "j.yaml", trainjob(kind="TrainingRuntime")))
+    assert out.returncode == 1
+    assert "specified trainingRuntime must be created before the TrainJob is created" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("kind: [unclosed", "cannot parse"),
+        ("apiVersion: v1\nmetadata: {name: x}\n", "has no apiVersion or kind"),
+        ("- just\n- a list\n", "is not an object"),
+    ],
+)
+def test_usage_errors_exit_2(tmp_path: Path, content: str, message: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(content)
+    out = run("-f", str(path))
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unreadable_file_and_bad_flag_exit_2(tmp_path: Path) -> None:
+    assert run("-f", str(tmp_path / "absent.yaml")).returncode == 2
+    assert run("-f", "x", "-o", "toml").returncode == 2
+
+
+def test_other_version_gets_a_hint(tmp_path: Path) -> None:
+    old = trainjob()
+    old["apiVersion"] = "kubeflow.org/v2alpha1"
+    out = run("-f", write(tmp_path, "old.yaml", old))
+    assert out.returncode == 1
+    assert "trainer.kubeflow.org/v1alpha1" in out.stderr
+
+
+def test_seed_style_mistakes_get_hints(tmp_path: Path) -> None:
+    rt = runtime(ml_policy={"numNodes": 1, "pytorch": {}})
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "a.yaml", rt))
+    assert out.returncode == 1 and "mlPolicy.torch" in out.stderr
+    tj = trainjob(runtime_name="torch-distributed", trainer={"numProcPerNode": "auto"})
+    out = run("-f", write(tmp_path, "b.yaml", tj))
+    assert out.returncode == 1 and "spec.trainer.numProcPerNode" in out.stderr and "integer" in out.stderr
+    tj = trainjob(runtime_name="x", kind="torch-distributed")
+    out = run("-f", write(tmp_path, "c.yaml", tj))
+    assert out.returncode == 1 and "spec.runtimeRef.name" in out.stderr
+
+
+def test_unused_kinds_are_ignored_with_a_note(tmp_path: Path) -> None:
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "s.yaml", svc))
+    assert out.returncode == 0
+    assert out.stdout == ""
+    assert "ignoring Service 's'" in out.stderr
+
+
+def test_update_is_validated_as_an_update(tmp_path: Path) -> None:
+    first = trainjob(trainer={"image": "a"})
+    second = trainjob(trainer={"image": "b"})
+    out = run(
+        "--no-default-runtimes", "-f", write(tmp_path, "u.yaml", runtime(ml_policy=TORCH), first, second)
+    )
+    assert out.returncode == 1
+    assert "spec.trainer: Invalid value" in out.stderr and "field is immutable" in out.stderr
