@@ -1,0 +1,171 @@
+"""The operator as users meet it: kubectl (with the webhooks) and the Kubeflow SDK, unmodified."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from conftest import TJ, conditions, get_or_none, trainjob, wait_for
+
+from trainer.controller.config import Configuration
+from trainer.controller.embedded import EmbeddedOperator
+from trainer.testing.apiserver import LocalAPIServer
+
+KUBECTL = shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed on this machine")
+
+
+@pytest.fixture
+def webhook_operator(operator_kubeconfig: Path) -> Iterator[EmbeddedOperator]:
+    with EmbeddedOperator(operator_kubeconfig, Configuration(), webhooks=True) as op:
+        yield op
+
+
+@pytest.fixture
+def user_kubeconfig(cluster: LocalAPIServer, tmp_path: Path) -> Path:
+    cluster.add_user("ml-engineer", ["system:authenticated"])
+    return cluster.write_kubeconfig(tmp_path / "user.kubeconfig", user="ml-engineer")
+
+
+def kubectl(kubeconfig: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    assert KUBECTL is not None
+    return subprocess.run(
+        [KUBECTL, "--kubeconfig", str(kubeconfig), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@needs_kubectl
+def test_lifecycle_through_kubectl(
+    cluster: LocalAPIServer, operator: EmbeddedOperator, user_kubeconfig: Path
+) -> None:
+    job = trainjob("cli", trainer={"numNodes": 2, "env": [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]})
+    applied = kubectl(user_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(job))
+    assert applied.returncode == 0, applied.stderr
+    waited = kubectl(user_kubeconfig, "wait", "trainjob/cli", "--for=condition=Complete", "--timeout=30s")
+    assert waited.returncode == 0, waited.stderr
+    table = kubectl(user_kubeconfig, "get", "trainjobs")
+    header, row = table.stdout.splitlines()[:2]
+    assert header.split()[:4] == ["NAME", "STATE", "RUNTIME", "NODES"]
+    assert row.split()[:4] == ["cli", "Complete", "torch-distributed", "2"]
+    assert (
+        kubectl(user_kubeconfig, "get", "tj", "cli", "-o", "name").stdout.strip()
+        == "trainjob.trainer.kubeflow.org/cli"
+    )
+    described = kubectl(
+        user_kubeconfig, "get", "events", "--field-selector", "involvedObject.name=cli", "-o", "json"
+    )
+    reasons = {e["reason"] for e in json.loads(described.stdout)["items"]}
+    assert {"JobSetCreated", "TrainJobCompleted"} <= reasons
+    deleted = kubectl(user_kubeconfig, "delete", "trainjob", "cli", "--cascade=foreground", "--timeout=30s")
+    assert deleted.returncode == 0, deleted.stderr
+    wait_for(
+        lambda: get_or_none(cluster, "jobset.x-k8s.io/v1alpha2", "JobSet", "cli") is None,
+        what="JobSet collected",
+    )
+    wait_for(
+        lambda: get_or_none(cluster, "v1", "ConfigMap", "cli-runtime-snapshot") is None,
+        what="snapshot collected",
+    )
+
+
+@needs_kubectl
+def test_webhook_refusals_seen_through_kubectl(
+    cluster: LocalAPIServer, webhook_operator: EmbeddedOperator, user_kubeconfig: Path
+) -> None:
+    reserved = trainjob("bad-env", trainer={"env": [{"name": "PET_NODE_RANK", "value": "0"}]})
+    out = kubectl(user_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(reserved))
+    assert out.returncode != 0
+    assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request' in out.stderr
+    assert "spec.trainer.env" in out.stderr and "invalid envs configured: [PET_NODE_RANK]" in out.stderr
+
+    missing = trainjob("no-runtime", runtime="nowhere")
+    out = kubectl(user_kubeconfig, "create", "-f", "-", stdin=yaml.safe_dump(missing))
+    assert out.returncode != 0
+    assert "specified clusterTrainingRuntime must be created before the TrainJob is created" in out.stderr
+
+    # A schema/CEL rule is refused by the API server itself, with the rule's message.
+    bad_nproc = trainjob("zero", trainer={"numProcPerNode": 0})
+    out = kubectl(user_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(bad_nproc))
+    assert out.returncode != 0 and "numProcPerNode must be greater than or equal to 1" in out.stderr
+
+    runtime = {
+        "apiVersion": TJ,
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "two-replicas"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "replicas": 2,
+                            "template": {
+                                "metadata": {
+                                    "labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}
+                                },
+                                "spec": {
+                                    "template": {"spec": {"containers": [{"name": "node", "image": "x"}]}}
+                                },
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    out = kubectl(user_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(runtime))
+    assert out.returncode != 0 and "must always be 1" in out.stderr
+
+    # The defaulting webhook makes the SDK's numeric quantities acceptable.
+    numeric = trainjob("numeric", suspend=True, trainer={"resourcesPerNode": {"requests": {"cpu": 1.5}}})
+    out = kubectl(user_kubeconfig, "create", "-f", "-", stdin=json.dumps(numeric))
+    assert out.returncode == 0, out.stderr
+    stored = cluster.get(TJ, "TrainJob", "numeric")
+    assert stored["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] == "1500m"
+
+
+kubeflow_trainer = pytest.importorskip(
+    "kubeflow.trainer", reason="the Kubeflow SDK (kubeflow 0.5.x) is not installed"
+)
+
+
+def test_kubeflow_sdk_end_to_end(
+    cluster: LocalAPIServer, webhook_operator: EmbeddedOperator, user_kubeconfig: Path
+) -> None:
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import CustomTrainer
+
+    def train_mnist() -> None:
+        print("training mnist")
+
+    client = kubeflow_trainer.TrainerClient(
+        backend_config=KubernetesBackendConfig(config_file=str(user_kubeconfig), namespace="default")
+    )
+    name = client.train(
+        runtime="torch-distributed",
+        trainer=CustomTrainer(
+            func=train_mnist,
+            num_nodes=2,
+            resources_per_node={"cpu": 2.0},
+            env={"SANDBOX_RUN_SECONDS": "1"},
+        ),
+    )
+    job: Any = client.wait_for_job_status(name, timeout=60, polling_interval=1)
+    assert job.status == "Complete"
+    logs = "\n".join(client.get_job_logs(name))
+    assert "train_mnist" in logs, logs[:500]
+    stored = cluster.get(TJ, "TrainJob", name)
+    assert stored["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] == "2", stored["spec"]
+    assert conditions(cluster, name)["Complete"][0] == "True"
+    client.delete_job(name)
+    wait_for(lambda: get_or_none(cluster, TJ, "TrainJob", name) is None, what="TrainJob deleted")

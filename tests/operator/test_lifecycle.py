@@ -1,0 +1,138 @@
+"""The operator on the local API server: a TrainJob's whole life, and the writes it costs."""
+
+from __future__ import annotations
+
+import time
+
+from conftest import TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
+
+from trainer.controller.embedded import EmbeddedOperator
+from trainer.testing.apiserver import LocalAPIServer
+
+JS = "jobset.x-k8s.io/v1alpha2"
+RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]
+
+
+def test_trainjob_runs_to_complete_with_minimal_writes(
+    cluster: LocalAPIServer, operator: EmbeddedOperator
+) -> None:
+    mark = len(cluster.audit.records)
+    cluster.create(trainjob("mnist", trainer={"numNodes": 2, "env": RUN_FAST}))
+    jobset = wait_for(lambda: get_or_none(cluster, JS, "JobSet", "mnist"), what="the JobSet")
+    writes = operator_writes(cluster, mark)
+    jobset_created = next(i for i, r in enumerate(writes) if (r.verb, r.resource) == ("create", "jobsets"))
+    until_jobset = writes[: jobset_created + 1]
+    # The snapshot ConfigMap and the JobSet, and at most one status write: no bookkeeping writes.
+    kinds = sorted((r.verb, r.resource, r.subresource) for r in until_jobset)
+    assert ("create", "configmaps", "") in kinds
+    assert len(until_jobset) <= 2 + 1, kinds
+    assert jobset["metadata"]["ownerReferences"][0]["name"] == "mnist"
+    wait_for(
+        lambda: conditions(cluster, "mnist").get("Complete") == ("True", "AllJobsCompleted"), what="Complete"
+    )
+    status = cluster.get(TJ, "TrainJob", "mnist")["status"]
+    assert status["jobsStatus"] == [
+        {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
+    ]
+
+
+def test_steady_state_and_noop_reconcile_write_nothing(
+    cluster: LocalAPIServer, operator: EmbeddedOperator
+) -> None:
+    cluster.create(trainjob("idle", suspend=True))
+    wait_for(lambda: conditions(cluster, "idle").get("Suspended") == ("True", "Suspended"), what="Suspended")
+    assert operator.idle()
+    mark = len(cluster.audit.records)
+    # Force reconciles of a TrainJob whose world is as it should be.
+    _requeue(operator, ("default", "idle"))
+    time.sleep(1.0)
+    assert operator.idle()
+    assert operator_writes(cluster, mark, events=True) == []
+
+
+def _requeue(operator: EmbeddedOperator, key: tuple[str, str]) -> None:
+    loop = operator._loop
+    assert loop is not None and operator.operator.reconciler is not None
+    for _ in range(3):
+        loop.call_soon_threadsafe(operator.operator.reconciler.queue.add, key)
+        time.sleep(0.2)
+
+
+def test_suspend_and_resume(cluster: LocalAPIServer, operator: EmbeddedOperator) -> None:
+    cluster.create(trainjob("pausable", suspend=True, trainer={"env": RUN_FAST}))
+    wait_for(
+        lambda: (get_or_none(cluster, JS, "JobSet", "pausable") or {}).get("spec", {}).get("suspend") is True
+    )
+    assert conditions(cluster, "pausable") == {"Suspended": ("True", "Suspended")}
+    cluster.patch(TJ, "TrainJob", "pausable", {"spec": {"suspend": False}})
+    wait_for(
+        lambda: cluster.get(JS, "JobSet", "pausable")["spec"]["suspend"] is False, what="the JobSet resumed"
+    )
+    wait_for(lambda: conditions(cluster, "pausable").get("Suspended") == ("False", "Resumed"), what="Resumed")
+    wait_for(lambda: conditions(cluster, "pausable").get("Complete", ("",))[0] == "True", what="Complete")
+
+
+def test_deleted_jobset_recreated_while_running_not_after_finish(
+    cluster: LocalAPIServer, operator: EmbeddedOperator
+) -> None:
+    cluster.create(trainjob("long", trainer={"env": [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]}))
+    first = wait_for(lambda: get_or_none(cluster, JS, "JobSet", "long"), what="the JobSet")
+    cluster.delete(JS, "JobSet", "long")
+    second = wait_for(
+        lambda: (
+            (js := get_or_none(cluster, JS, "JobSet", "long"))
+            and js["metadata"]["uid"] != first["metadata"]["uid"]
+            and js
+        ),
+        what="a new JobSet",
+    )
+    assert second["spec"]["replicatedJobs"][0]["name"] == "node"
+
+    cluster.create(trainjob("short", trainer={"env": RUN_FAST}))
+    wait_for(lambda: conditions(cluster, "short").get("Complete", ("",))[0] == "True", what="Complete")
+    cluster.delete(JS, "JobSet", "short")
+    wait_for(lambda: get_or_none(cluster, JS, "JobSet", "short") is None, what="the JobSet gone")
+    time.sleep(1.5)
+    assert get_or_none(cluster, JS, "JobSet", "short") is None, (
+        "a finished TrainJob never re-creates children"
+    )
+    assert conditions(cluster, "short")["Complete"][0] == "True"
+
+
+def test_missing_runtime_shows_on_status_and_recovers(
+    cluster: LocalAPIServer, operator: EmbeddedOperator
+) -> None:
+    cluster.create(trainjob("waiting", runtime="not-yet"))
+    wait_for(lambda: "ReconcileFailed" in conditions(cluster, "waiting"), what="ReconcileFailed")
+    assert conditions(cluster, "waiting")["ReconcileFailed"] == ("True", "TrainingRuntimeNotFound")
+    runtime = cluster.get(TJ, "ClusterTrainingRuntime", "torch-distributed", namespace="")
+    clone = {
+        "apiVersion": TJ,
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "not-yet"},
+        "spec": runtime["spec"],
+    }
+    cluster.create(clone)
+    wait_for(
+        lambda: get_or_none(cluster, JS, "JobSet", "waiting"), what="the JobSet after the runtime appeared"
+    )
+    wait_for(lambda: "ReconcileFailed" not in conditions(cluster, "waiting"), what="the condition removed")
+
+
+def test_restart_mid_lifecycle_converges_without_duplicate_writes(
+    cluster: LocalAPIServer, operator_kubeconfig: str
+) -> None:
+    with EmbeddedOperator(operator_kubeconfig) as first:
+        cluster.create(trainjob("survivor", suspend=True))
+        wait_for(lambda: conditions(cluster, "survivor").get("Suspended", ("",))[0] == "True")
+        assert first.idle()
+    mark = len(cluster.audit.records)
+    with EmbeddedOperator(operator_kubeconfig) as second:
+        time.sleep(1.0)
+        assert second.idle()
+        assert operator_writes(cluster, mark, events=True) == [], "a restart re-creates or rewrites nothing"
+        cluster.patch(TJ, "TrainJob", "survivor", {"spec": {"suspend": False}})
+        wait_for(
+            lambda: cluster.get(JS, "JobSet", "survivor")["spec"]["suspend"] is False,
+            what="resumed after restart",
+        )

@@ -1,0 +1,53 @@
+"""Prometheus metrics of the operator.
+
+TrainJob counters are labelled by framework (the runtime's ``trainer.kubeflow.org/framework``
+label) and exist for every known framework from the start, at zero, as the v1 operator's did:
+a dashboard can then tell "no failures" from "no data".
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+FRAMEWORKS = ("torch", "deepspeed", "mlx", "jax", "xgboost", "torchtune", "flux", "unknown")
+
+
+class Metrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.reconciles = Counter("trainer_reconcile", "TrainJob reconciles.", ["result"], registry=r)
+        self.reconcile_errors = Counter(
+            "trainer_reconcile_errors", "Reconciles that ended in an error.", registry=r
+        )
+        self.reconcile_seconds = Histogram(
+            "trainer_reconcile_duration_seconds", "Time one reconcile took.", registry=r
+        )
+        self.created = Counter(
+            "trainer_trainjobs_created",
+            "TrainJobs whose JobSet the operator created.",
+            ["framework"],
+            registry=r,
+        )
+        self.completed = Counter(
+            "trainer_trainjobs_completed", "TrainJobs that completed.", ["framework"], registry=r
+        )
+        self.failed = Counter("trainer_trainjobs_failed", "TrainJobs that failed.", ["framework"], registry=r)
+        self.creation_to_jobset = Histogram(
+            "trainer_trainjob_creation_to_jobset_seconds",
+            "From a TrainJob's creation to the creation of its JobSet.",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+        for framework in FRAMEWORKS:
+            for counter in (self.created, self.completed, self.failed):
+                counter.labels(framework=framework)
+        for result in ("success", "error", "requeue"):
+            self.reconciles.labels(result=result)
+
+    def serve(self, host: str, port: int) -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+
+
+def framework_of(label: str | None) -> str:
+    return label or "unknown"

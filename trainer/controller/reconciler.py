@@ -1,0 +1,246 @@
+"""Level-triggered reconciliation of TrainJobs: a work queue, workers, and one reconcile.
+
+Watch events only say *which* TrainJob to look at; a worker then reads the TrainJob and
+everything else from the cache, asks the render core what should exist, and writes the
+difference. A key is never processed by two workers at once; a key added while it is being
+processed is processed again afterwards. Failures retry with per-key exponential backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.controller import events
+from trainer.controller.cache import Cache, TrainJobKey
+from trainer.controller.client import ApiClient, ApiError
+from trainer.controller.metrics import Metrics, framework_of
+from trainer.controller.writer import StaleCache, Writer, WriteReport
+from trainer.runtime import conditions as cond
+from trainer.runtime.framework import Framework
+from trainer.runtime.render import Outcome, parse_time, reconcile
+
+Obj = dict[str, Any]
+logger = logging.getLogger("trainer.controller")
+
+
+class WorkQueue:
+    """Deduplicating queue with delayed adds and per-key backoff (client-go's workqueue, small)."""
+
+    def __init__(self, base_delay: float = 0.5, max_delay: float = 60.0) -> None:
+        self._queue: asyncio.Queue[TrainJobKey] = asyncio.Queue()
+        self._dirty: set[TrainJobKey] = set()
+        self._processing: set[TrainJobKey] = set()
+        self._failures: dict[TrainJobKey, int] = {}
+        self._timers: dict[TrainJobKey, asyncio.TimerHandle] = {}
+        self.base_delay = base_delay
+        self.max_delay = max_delay
+
+    def add(self, key: TrainJobKey) -> None:
+        if key in self._dirty:
+            return
+        self._dirty.add(key)
+        if key not in self._processing:
+            self._queue.put_nowait(key)
+
+    def add_after(self, key: TrainJobKey, delay: float) -> None:
+        if delay <= 0:
+            self.add(key)
+            return
+        timer = self._timers.get(key)
+        when = asyncio.get_running_loop().time() + delay
+        if timer is not None and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._timers[key] = asyncio.get_running_loop().call_at(when, self._fire, key)
+
+    def _fire(self, key: TrainJobKey) -> None:
+        self._timers.pop(key, None)
+        self.add(key)
+
+    def add_rate_limited(self, key: TrainJobKey) -> None:
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        self.add_after(key, min(self.max_delay, self.base_delay * (2**failures)))
+
+    def forget(self, key: TrainJobKey) -> None:
+        self._failures.pop(key, None)
+
+    async def get(self) -> TrainJobKey:
+        key = await self._queue.get()
+        self._dirty.discard(key)
+        self._processing.add(key)
+        return key
+
+    def done(self, key: TrainJobKey) -> None:
+        self._processing.discard(key)
+        if key in self._dirty:
+            self._queue.put_nowait(key)
+
+    def shutdown(self) -> None:
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+
+    @property
+    def idle(self) -> bool:
+        return not self._dirty and not self._processing and self._queue.empty()
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Reconciler:
+    def __init__(self, client: ApiClient, cache: Cache, framework: Framework, metrics: Metrics) -> None:
+        self.client = client
+        self.cache = cache
+        self.framework = framework
+        self.metrics = metrics
+        self.writer = Writer(client, cache)
+        self.queue = WorkQueue()
+
+    async def worker(self) -> None:
+        while True:
+            key = await self.queue.get()
+            try:
+                await self.process(key)
+            finally:
+                self.queue.done(key)
+
+    async def process(self, key: TrainJobKey) -> None:
+        started = time.monotonic()
+        try:
+            requeue = await self.reconcile(key)
+        except StaleCache as exc:
+            logger.debug("TrainJob %s/%s: %s", *key, exc)
+            self.metrics.reconciles.labels(result="requeue").inc()
+            self.queue.add_after(key, 0.5)
+        except ApiError as exc:
+            self._failed(key, f"the API server refused a write: {exc}")
+        except Exception as exc:  # a bug must not stop the other TrainJobs; it is retried and logged
+            logger.exception("TrainJob %s/%s: reconcile failed", *key)
+            self._failed(key, f"{type(exc).__name__}: {exc}")
+        else:
+            self.metrics.reconciles.labels(result="success").inc()
+            if requeue is None:
+                self.queue.forget(key)
+            elif requeue == "backoff":
+                self.queue.add_rate_limited(key)
+            else:
+                self.queue.forget(key)
+                self.queue.add_after(key, float(requeue))
+        finally:
+            self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+
+    def _failed(self, key: TrainJobKey, message: str) -> None:
+        logger.warning("TrainJob %s/%s: %s", key[0], key[1], events.scrub(message))
+        self.metrics.reconciles.labels(result="error").inc()
+        self.metrics.reconcile_errors.inc()
+        self.queue.add_rate_limited(key)
+
+    async def reconcile(self, key: TrainJobKey) -> float | str | None:
+        """One reconcile of one TrainJob. Returns when to look again: seconds, "backoff", or None."""
+        trainjob = self.cache.trainjob(key)
+        if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
+            return None
+        outcome = reconcile(trainjob, self.cache, self.framework, _now())
+        if outcome.skipped:
+            return None
+        report = WriteReport()
+        write_error: ApiError | None = None
+        try:
+            await self.writer.apply(outcome.objects, report)
+            for kind, namespace, name in outcome.delete:
+                await self.writer.delete(kind, namespace, name, report)
+        except ApiError as exc:
+            # DECISIONS.md §3: objects refused by the API server show on status too.
+            write_error = exc
+            outcome = _with_write_error(outcome, trainjob, str(exc))
+        await self.writer.write_status(trainjob, outcome.status, report)
+        await self._tell(trainjob, outcome, report)
+        if write_error is not None or outcome.error is not None:
+            return "backoff"
+        return outcome.requeue_after
+
+    async def _tell(self, trainjob: Obj, outcome: Outcome, report: WriteReport) -> None:
+        """Events and metrics for what changed; nothing for a reconcile that changed nothing."""
+        framework = framework_of(outcome.framework_label)
+        before = (trainjob.get("status") or {}).get("conditions") or []
+        after = (outcome.status or {}).get("conditions") or []
+        notes: list[tuple[str, str, str]] = []
+        for obj in report.created:
+            if obj["kind"] == c.JOBSET_KIND:
+                notes.append(("Normal", "JobSetCreated", f"Created JobSet {obj['metadata']['name']}"))
+                self.metrics.created.labels(framework=framework).inc()
+                created = trainjob["metadata"].get("creationTimestamp")
+                if created:
+                    self.metrics.creation_to_jobset.observe(
+                        max(0.0, (datetime.now(UTC) - parse_time(created)).total_seconds())
+                    )
+        for kind, _, name in report.deleted:
+            notes.append(("Normal", f"{kind}Deleted", f"Deleted {kind} {name}"))
+        transitions = {
+            (c.COND_SUSPENDED, "True"): ("Normal", "TrainJobSuspended"),
+            (c.COND_SUSPENDED, "False"): ("Normal", "TrainJobResumed"),
+            (c.COND_COMPLETE, "True"): ("Normal", "TrainJobCompleted"),
+            (c.COND_FAILED, "True"): ("Warning", "TrainJobFailed"),
+        }
+        for new in after:
+            old = cond.find(before, new["type"])
+            if (
+                old is not None
+                and old.get("status") == new.get("status")
+                and old.get("message") == new.get("message")
+            ):
+                continue
+            if (new["type"], new["status"]) in transitions:
+                type_, reason = transitions[(new["type"], new["status"])]
+                notes.append((type_, reason, new.get("message", "")))
+                if new["type"] == c.COND_COMPLETE:
+                    self.metrics.completed.labels(framework=framework).inc()
+                elif new["type"] == c.COND_FAILED:
+                    self.metrics.failed.labels(framework=framework).inc()
+            elif new["type"] == c.COND_RECONCILE_FAILED:
+                for event in outcome.events:
+                    notes.append((event.type, event.reason, event.message))
+        for type_, reason, message in notes:
+            try:
+                await events.post(self.client, trainjob, type_, reason, message)
+            except ApiError as exc:  # an Event lost is not worth a retry of the whole reconcile
+                logger.info("could not post event %s: %s", reason, exc)
+
+
+def _with_write_error(outcome: Outcome, trainjob: Obj, message: str) -> Outcome:
+    status: Obj = dict(outcome.status or {})
+    conditions = [dict(x) for x in status.get("conditions") or []]
+    short = message if len(message) <= 950 else message[:950] + " ..."
+    cond.set_condition(
+        conditions,
+        {
+            "type": c.COND_RECONCILE_FAILED,
+            "status": "True",
+            "reason": "ResourcesRefused",
+            "message": events.scrub(short),
+        },
+        _now(),
+    )
+    status["conditions"] = conditions
+    outcome.status = status
+    outcome.events.append(
+        events_event(
+            "Warning", "TrainJobResourcesCreationFailed", f"TrainJob resources reconciliation failed: {short}"
+        )
+    )
+    return outcome
+
+
+def events_event(type_: str, reason: str, message: str) -> Any:
+    from trainer.runtime.render import Event
+
+    return Event(type_, reason, message)

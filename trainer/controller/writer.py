@@ -1,0 +1,155 @@
+"""Write only the difference between what the render core wants and what the cluster has.
+
+Servers and other controllers add defaults to what we write (JobSet's webhook fills in its
+spec, the API server adds metadata), so "the same" means: every field we own, as we want it, is
+present in what is observed. A reconcile that finds the world as it should be writes nothing.
+Writes are plain creates and JSON merge patches of the fields we own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainer.api import constants as c
+from trainer.controller.cache import Cache
+from trainer.controller.client import ApiClient, ApiError, ResourceType
+
+Obj = dict[str, Any]
+
+RESOURCES: dict[tuple[str, str], ResourceType] = {
+    ("v1", "ConfigMap"): ResourceType("", "v1", "configmaps"),
+    ("v1", "Secret"): ResourceType("", "v1", "secrets"),
+    ("v1", "Event"): ResourceType("", "v1", "events"),
+    (c.JOBSET_API_VERSION, c.JOBSET_KIND): ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): ResourceType(
+        "scheduling.x-k8s.io", "v1alpha1", "podgroups"
+    ),
+    ("scheduling.volcano.sh/v1beta1", "PodGroup"): ResourceType(
+        "scheduling.volcano.sh", "v1beta1", "podgroups"
+    ),
+    (c.API_VERSION, c.TRAINJOB_KIND): ResourceType(c.GROUP, c.VERSION, "trainjobs"),
+}
+TRAINJOBS = RESOURCES[(c.API_VERSION, c.TRAINJOB_KIND)]
+_SERVER_OWNED_TOP = ("apiVersion", "kind", "metadata", "status")
+
+
+def resource_of(obj: Obj) -> ResourceType:
+    return RESOURCES[(obj["apiVersion"], obj["kind"])]
+
+
+def contains(observed: Any, desired: Any) -> bool:
+    """True when every field of ``desired`` is in ``observed`` with the same value.
+
+    Maps may hold more keys than we set; lists must match item by item (we own the lists we
+    write), each item compared the same way so defaults inside items are tolerated.
+    """
+    if isinstance(desired, dict):
+        return isinstance(observed, dict) and all(
+            k in observed and contains(observed[k], v) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(observed, list)
+            and len(observed) == len(desired)
+            and all(contains(o, d) for o, d in zip(observed, desired, strict=True))
+        )
+    if isinstance(desired, bool) or isinstance(observed, bool):
+        return observed is desired
+    return bool(observed == desired)
+
+
+def patch_for(observed: Obj, desired: Obj) -> Obj:
+    """A merge patch that sets the fields we own: our metadata, and every top-level field."""
+    meta = desired.get("metadata") or {}
+    patch: Obj = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
+    for key, value in desired.items():
+        if key not in _SERVER_OWNED_TOP and not contains(observed.get(key), value):
+            patch[key] = value
+    return patch
+
+
+def status_patch(current: Obj | None, desired: Obj | None) -> Obj | None:
+    """The merge patch that turns one status into the other, or None when they are equal."""
+    current = current or {}
+    desired = desired or {}
+    if current == desired:
+        return None
+    patch: Obj = {k: v for k, v in desired.items() if current.get(k) != v}
+    patch.update({k: None for k in current if k not in desired})
+    return patch
+
+
+@dataclass
+class WriteReport:
+    created: list[Obj] = field(default_factory=list)
+    patched: list[Obj] = field(default_factory=list)
+    deleted: list[tuple[str, str, str]] = field(default_factory=list)
+    status_written: bool = False
+
+
+class Writer:
+    def __init__(self, client: ApiClient, cache: Cache) -> None:
+        self.client = client
+        self.cache = cache
+
+    async def apply(self, desired: list[Obj], report: WriteReport) -> None:
+        for obj in desired:
+            meta = obj["metadata"]
+            rtype = resource_of(obj)
+            observed = self.cache.get(obj["kind"], meta.get("namespace"), meta["name"])
+            if observed is None:
+                try:
+                    stored = await self.client.create(rtype, meta.get("namespace"), obj)
+                except ApiError as exc:
+                    if exc.code != 409:
+                        raise
+                    # Our cache is behind: the watch will bring the object and a new reconcile.
+                    raise StaleCache(
+                        f"{obj['kind']} {meta['name']} exists but is not in the cache yet"
+                    ) from exc
+                self.cache.observe(_with_kind(stored, obj))
+                report.created.append(obj)
+                continue
+            if obj["kind"] == "Secret" or contains(observed, obj):
+                continue  # Secrets we own are immutable; anything else already matches
+            stored = await self.client.patch(
+                rtype, meta.get("namespace"), meta["name"], patch_for(observed, obj)
+            )
+            self.cache.observe(_with_kind(stored, obj))
+            report.patched.append(obj)
+
+    async def delete(self, kind: str, namespace: str, name: str, report: WriteReport) -> None:
+        observed = self.cache.get(kind, namespace, name)
+        if observed is None:
+            return
+        try:
+            await self.client.delete(resource_of(observed), namespace, name)
+        except ApiError as exc:
+            if exc.code != 404:
+                raise
+        self.cache.forget(kind, namespace, name)
+        report.deleted.append((kind, namespace, name))
+
+    async def write_status(self, trainjob: Obj, desired: Obj | None, report: WriteReport) -> Obj | None:
+        patch = status_patch(trainjob.get("status"), desired)
+        if patch is None:
+            return None
+        meta = trainjob["metadata"]
+        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": patch}
+        stored = await self.client.patch(
+            TRAINJOBS, meta.get("namespace"), meta["name"], body, subresource="status"
+        )
+        self.cache.observe(_with_kind(stored, trainjob))
+        report.status_written = True
+        return stored
+
+
+class StaleCache(Exception):
+    """A write found the cluster ahead of our cache; retry once the watch has caught up."""
+
+
+def _with_kind(stored: Obj, sent: Obj) -> Obj:
+    stored.setdefault("apiVersion", sent["apiVersion"])
+    stored.setdefault("kind", sent["kind"])
+    return stored
