@@ -42,12 +42,10 @@ class VolcanoPlugin:
         policy = _policy(info)
         if policy is None:
             return None
-        existing = info.facts.get(POD_GROUP_KIND, info.namespace, info.name)
-        if (
-            existing is not None
-            and existing.get("apiVersion") == POD_GROUP_API_VERSION
-            and not info.trainjob.spec.suspend
-        ):
+        existing = info.facts.get(
+            POD_GROUP_KIND, info.namespace, info.name, group=POD_GROUP_API_VERSION.split("/")[0]
+        )
+        if existing is not None and not info.trainjob.spec.suspend:
             return None  # frozen while the TrainJob runs, as for coscheduling
         return [build_pod_group(info, policy)]
 

@@ -178,6 +178,8 @@ def test_pod_group_is_frozen_while_the_trainjob_runs() -> None:
 def test_a_volcano_pod_group_of_the_same_name_does_not_freeze_it() -> None:
     framework = fw.default()
     cluster, tj = admitted(gang_runtime(), trainjob("gang"))
+    # Only Volcano's PodGroup of that name exists: ours is still missing and must be built.
+    cluster.facts.remove("PodGroup", "default", "gang", group="scheduling.x-k8s.io")
     cluster.facts.put(
         {
             "apiVersion": "scheduling.volcano.sh/v1beta1",

@@ -55,10 +55,16 @@ def _build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run the operator against the cluster in KUBECONFIG or in-cluster")
     scope = run.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)")
-    scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)")
+    scope.add_argument(
+        "-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)"
+    )
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)"
+    )
     run.add_argument("--standalone", action="store_true", help="run without peering (always the case today)")
-    run.add_argument("--liveness", metavar="URL", help="serve a liveness endpoint, e.g. http://0.0.0.0:8081/healthz")
+    run.add_argument(
+        "--liveness", metavar="URL", help="serve a liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
+    )
     run.add_argument("--log-format", choices=("plain", "json"), default="plain")
     run.add_argument("-v", "--verbose", action="count", default=0)
     run.add_argument("--config", metavar="FILE", help="operator Configuration (YAML)")

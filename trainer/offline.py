@@ -63,7 +63,7 @@ class OfflineCluster:
     now: str = "1970-01-01T00:00:00Z"
     facts: Facts = field(default_factory=Facts)
     trainjobs: dict[tuple[str, str], Obj] = field(default_factory=dict)
-    children: dict[tuple[str, str], dict[tuple[str, str], Obj]] = field(default_factory=dict)
+    children: dict[tuple[str, str], dict[tuple[str, str, str], Obj]] = field(default_factory=dict)
     applied: set[tuple[str, str, str]] = field(default_factory=set)
     refusals: list[Refusal] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -159,10 +159,11 @@ class OfflineCluster:
         for child in outcome.objects:
             child_meta = child["metadata"]
             self.facts.put(child)
-            written[(child["kind"], child_meta["name"])] = child
+            written[(child["apiVersion"], child["kind"], child_meta["name"])] = child
         for kind, ns, child_name in outcome.delete:
             self.facts.remove(kind, ns, child_name)
-            written.pop((kind, child_name), None)
+            for child_key in [k for k in written if k[1:] == (kind, child_name)]:
+                del written[child_key]
         if outcome.status:
             admitted["status"] = outcome.status
         else:
@@ -180,7 +181,12 @@ class OfflineCluster:
             items.extend(
                 sorted(
                     children.values(),
-                    key=lambda o: (CHILD_ORDER.get(o["kind"], 9), o["kind"], o["metadata"]["name"]),
+                    key=lambda o: (
+                        CHILD_ORDER.get(o["kind"], 9),
+                        o["kind"],
+                        o["metadata"]["name"],
+                        o["apiVersion"],
+                    ),
                 )
             )
         return items

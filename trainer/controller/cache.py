@@ -34,7 +34,7 @@ class Cache(Facts):
     def observe(self, obj: Obj) -> None:
         """Store what a watch or a write returned, never going back to an older version."""
         meta = obj.get("metadata") or {}
-        current = self.get(obj["kind"], meta.get("namespace"), meta["name"])
+        current = self.get(obj["kind"], meta.get("namespace"), meta["name"], group=self.group_of(obj))
         if current is not None and _rv(current) > _rv(obj) > 0:
             return
         if obj["kind"] == c.TRAINJOB_KIND:
@@ -46,11 +46,11 @@ class Cache(Facts):
             return
         self.put(obj)
 
-    def forget(self, kind: str, namespace: str | None, name: str) -> None:
+    def forget(self, kind: str, namespace: str | None, name: str, group: str | None = None) -> None:
         if kind == c.TRAINJOB_KIND:
             self.trainjobs.pop((namespace or "default", name), None)
         else:
-            self.remove(kind, namespace, name)
+            self.remove(kind, namespace, name, group)
 
     def trainjob(self, key: TrainJobKey) -> Obj | None:
         return self.trainjobs.get(key)

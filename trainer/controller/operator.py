@@ -193,7 +193,7 @@ class Operator:
         meta = obj.get("metadata") or {}
         owner = owner_trainjob(obj)
         if event.get("type") == "DELETED":
-            self.cache.forget(obj["kind"], meta.get("namespace"), meta["name"])
+            self.cache.forget(obj["kind"], meta.get("namespace"), meta["name"], Cache.group_of(obj))
         else:
             self.cache.observe(obj)
         if owner is not None:

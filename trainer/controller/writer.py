@@ -97,7 +97,9 @@ class Writer:
         for obj in desired:
             meta = obj["metadata"]
             rtype = resource_of(obj)
-            observed = self.cache.get(obj["kind"], meta.get("namespace"), meta["name"])
+            observed = self.cache.get(
+                obj["kind"], meta.get("namespace"), meta["name"], group=Cache.group_of(obj)
+            )
             if observed is None:
                 try:
                     stored = await self.client.create(rtype, meta.get("namespace"), obj)

@@ -29,28 +29,49 @@ class Facts:
     """What the render core may know about the cluster: objects by kind, namespace and name.
 
     The operator fills it from its watch caches; ``trainer render`` from the manifests it read.
-    Nothing in the core asks the cluster anything.
+    Nothing in the core asks the cluster anything. Two API groups may share a kind (the
+    scheduler-plugins and Volcano PodGroups), so objects are kept per API group too; ``get``
+    without a group returns the one object of that kind and name when only one group has it.
     """
 
     def __init__(self) -> None:
-        self._objects: dict[tuple[str, str, str], Obj] = {}
+        self._objects: dict[tuple[str, str, str], dict[str, Obj]] = {}
 
     @staticmethod
     def key(kind: str, namespace: str | None, name: str) -> tuple[str, str, str]:
         return (kind, namespace or "", name)
 
-    def get(self, kind: str, namespace: str | None, name: str) -> Obj | None:
-        return self._objects.get(self.key(kind, namespace, name))
+    @staticmethod
+    def group_of(obj: Obj) -> str:
+        return str(obj.get("apiVersion", "")).rpartition("/")[0]
+
+    def get(self, kind: str, namespace: str | None, name: str, group: str | None = None) -> Obj | None:
+        found = self._objects.get(self.key(kind, namespace, name))
+        if not found:
+            return None
+        if group is None:
+            return next(iter(found.values()))
+        return found.get(group)
 
     def put(self, obj: Obj) -> None:
         meta = obj.get("metadata") or {}
-        self._objects[self.key(obj["kind"], meta.get("namespace"), meta["name"])] = obj
+        self._objects.setdefault(self.key(obj["kind"], meta.get("namespace"), meta["name"]), {})[
+            self.group_of(obj)
+        ] = obj
 
-    def remove(self, kind: str, namespace: str | None, name: str) -> None:
-        self._objects.pop(self.key(kind, namespace, name), None)
+    def remove(self, kind: str, namespace: str | None, name: str, group: str | None = None) -> None:
+        key = self.key(kind, namespace, name)
+        if group is None:
+            self._objects.pop(key, None)
+            return
+        found = self._objects.get(key)
+        if found is not None:
+            found.pop(group, None)
+            if not found:
+                del self._objects[key]
 
     def of_kind(self, kind: str) -> Iterator[Obj]:
-        return (o for (k, _, _), o in self._objects.items() if k == kind)
+        return (o for (k, _, _), found in self._objects.items() if k == kind for o in found.values())
 
 
 @dataclass

@@ -1,0 +1,130 @@
+{{/*
+Names. With the documented release name `kubeflow-trainer`, the full name is `kubeflow-trainer`
+and the operator's Deployment, Service and ServiceAccount are `kubeflow-trainer-controller-manager`,
+as in upstream's chart.
+*/}}
+{{- define "trainer.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "trainer.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "trainer.manager.name" -}}
+{{- printf "%s-controller-manager" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "trainer.configmap.name" -}}
+{{- printf "%s-config" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "trainer.webhook.secret.name" -}}
+{{- printf "%s-webhook-cert" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The Service the API server calls for the webhooks (and Prometheus scrapes). */}}
+{{- define "trainer.service.name" -}}
+{{- include "trainer.manager.name" . }}
+{{- end }}
+
+{{/*
+Labels.
+*/}}
+{{- define "trainer.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "trainer.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "trainer.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "trainer.labels" -}}
+helm.sh/chart: {{ include "trainer.chart" . }}
+{{ include "trainer.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeflow
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "trainer.manager.selectorLabels" -}}
+{{ include "trainer.selectorLabels" . }}
+app.kubernetes.io/component: manager
+{{- end }}
+
+{{- define "trainer.manager.labels" -}}
+{{ include "trainer.labels" . }}
+app.kubernetes.io/component: manager
+{{- with .Values.manager.labels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's image: [registry/]repository:tag, the tag defaulting to the chart's appVersion.
+*/}}
+{{- define "trainer.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- if .Values.image.registry }}
+{{- $repository = printf "%s/%s" .Values.image.registry .Values.image.repository }}
+{{- end }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+Ports and addresses from manager.config: ":8080" -> 8080; ":8081" -> "0.0.0.0:8081".
+*/}}
+{{- define "trainer.port" -}}
+{{- regexReplaceAll "^.*:" . "" }}
+{{- end }}
+
+{{- define "trainer.listenAddress" -}}
+{{- if hasPrefix ":" . }}{{ printf "0.0.0.0%s" . }}{{ else }}{{ . }}{{ end }}
+{{- end }}
+
+{{/* Where the pod mounts the operator's configuration and the webhook's certificate. */}}
+{{- define "trainer.configDir" -}}/etc/kubeflow-trainer/config{{- end }}
+{{- define "trainer.certDir" -}}/etc/kubeflow-trainer/webhook-certs{{- end }}
+
+{{/*
+The operator's configuration file (trainer run --config), from manager.config. Upstream's key
+`groupKindConcurrency.trainJob` becomes the kind-qualified key the operator reads.
+*/}}
+{{- define "trainer.operatorConfig" -}}
+{{- $c := .Values.manager.config }}
+apiVersion: config.trainer.kubeflow.org/v1alpha1
+kind: Configuration
+clientConnection:
+  qps: {{ $c.clientConnection.qps }}
+  burst: {{ $c.clientConnection.burst }}
+controller:
+  groupKindConcurrency:
+    TrainJob.trainer.kubeflow.org: {{ $c.controller.groupKindConcurrency.trainJob }}
+webhook:
+  enabled: true
+  host: 0.0.0.0
+  port: {{ $c.webhook.port }}
+  certDir: {{ include "trainer.certDir" . }}
+  manageConfiguration: false
+metrics:
+  bindAddress: {{ $c.metrics.bindAddress | quote }}
+health:
+  healthProbeBindAddress: {{ $c.health.healthProbeBindAddress | quote }}
+featureGates: {{ $c.featureGates | toJson }}
+plugins:
+  disabled: {{ $c.plugins.disabled | toJson }}
+  allowed: {{ $c.plugins.allowed | toJson }}
+{{- end }}

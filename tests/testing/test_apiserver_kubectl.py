@@ -1,0 +1,262 @@
+"""kubectl against the local API server: apply (client-side and server-side), get, delete, wait, patch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer.testing import sandbox
+from trainer.testing.apiserver import LocalAPIServer
+from trainer.testing.sandbox import install_crds, install_runtimes, trainer_crd_files
+
+pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+
+PODGROUP_CRD = Path(sandbox.__file__).with_name("crds") / "scheduling.x-k8s.io_podgroups.json"
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path, home: Path) -> None:
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig), "HOME": str(home)}
+
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            ["kubectl", *args], env=self.env, input=stdin, capture_output=True, text=True, timeout=60
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr}")
+        return proc
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "-o", "json").stdout)
+
+
+@pytest.fixture
+def kubectl(kubeconfig: Path, tmp_path: Path) -> Kubectl:
+    return Kubectl(kubeconfig, tmp_path)
+
+
+TRAINJOB = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata:
+  name: {name}
+spec:
+  runtimeRef:
+    name: torch-distributed
+  trainer:
+    numNodes: 1
+    numProcPerNode: {nproc}
+"""
+
+
+def test_client_side_apply_crd_and_objects(kubectl: Kubectl, tmp_path: Path) -> None:
+    kubectl.run("apply", "-f", str(PODGROUP_CRD))
+    kubectl.run("wait", "--for=condition=Established", "crd/podgroups.scheduling.x-k8s.io", "--timeout=10s")
+    manifest = tmp_path / "pg.yaml"
+    manifest.write_text(
+        "apiVersion: scheduling.x-k8s.io/v1alpha1\nkind: PodGroup\nmetadata:\n  name: g\nspec:\n  minMember: 2\n"
+    )
+    kubectl.run("apply", "-f", str(manifest))
+    obj = kubectl.json("get", "podgroup", "g")
+    assert obj["spec"]["minMember"] == 2
+    assert "kubectl.kubernetes.io/last-applied-configuration" in obj["metadata"]["annotations"]
+    # Re-applying a changed manifest patches (JSON merge patch for custom kinds).
+    manifest.write_text(manifest.read_text().replace("minMember: 2", "minMember: 3"))
+    out = kubectl.run("apply", "-f", str(manifest)).stdout
+    assert "configured" in out
+    assert kubectl.json("get", "podgroup", "g")["spec"]["minMember"] == 3
+    # Built-in kinds go through strategic merge patch.
+    cm = tmp_path / "cm.yaml"
+    cm.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: '1'\n  b: '2'\n")
+    kubectl.run("apply", "-f", str(cm))
+    cm.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: '1'\n")
+    kubectl.run("apply", "-f", str(cm))
+    assert kubectl.json("get", "configmap", "c")["data"] == {"a": "1"}
+
+
+def test_server_side_apply_and_printer_columns(
+    kubectl: Kubectl, apiserver: LocalAPIServer, tmp_path: Path
+) -> None:
+    for f in trainer_crd_files():
+        kubectl.run("apply", "--server-side", "-f", str(f))
+    install_runtimes(apiserver)
+    tj = tmp_path / "tj.yaml"
+    tj.write_text(TRAINJOB.format(name="demo", nproc=2))
+    kubectl.run("apply", "--server-side", "-f", str(tj))
+    obj = kubectl.json("get", "trainjob", "demo", "--show-managed-fields")
+    managers = {(m["manager"], m["operation"]) for m in obj["metadata"]["managedFields"]}
+    assert ("kubectl", "Apply") in managers
+    table = kubectl.run("get", "trainjobs").stdout.splitlines()
+    assert table[0].split() == ["NAME", "STATE", "RUNTIME", "NODES", "AGE"]
+    assert table[1].split()[:3] == ["demo", "torch-distributed", "1"]
+    wide = kubectl.run("get", "clustertrainingruntimes").stdout
+    assert "torch-distributed" in wide and "torch" in wide.splitlines()[1:][3]
+    # Dropping a field from the applied configuration removes it (managedFields at work)...
+    labelled = TRAINJOB.format(name="demo", nproc=2).replace(
+        "  name: demo\n", "  name: demo\n  labels:\n    team: a\n"
+    )
+    tj.write_text(labelled)
+    kubectl.run("apply", "--server-side", "-f", str(tj))
+    assert kubectl.json("get", "trainjob", "demo")["metadata"]["labels"] == {"team": "a"}
+    tj.write_text(TRAINJOB.format(name="demo", nproc=2))
+    kubectl.run("apply", "--server-side", "-f", str(tj))
+    assert "labels" not in kubectl.json("get", "trainjob", "demo")["metadata"]
+    # ...and a field another manager owns with another value is a conflict unless forced.
+    kubectl.run("label", "trainjob", "demo", "team=b")
+    tj.write_text(labelled)
+    proc = kubectl.run("apply", "--server-side", "-f", str(tj), check=False)
+    assert proc.returncode != 0 and "conflict" in proc.stderr.lower()
+    kubectl.run("apply", "--server-side", "--force-conflicts", "-f", str(tj))
+    assert kubectl.json("get", "trainjob", "demo")["metadata"]["labels"] == {"team": "a"}
+
+
+def test_invalid_trainjob_is_refused_with_the_rule_message(
+    kubectl: Kubectl, trainer_apiserver: LocalAPIServer, tmp_path: Path
+) -> None:
+    tj = tmp_path / "tj.yaml"
+    tj.write_text(TRAINJOB.format(name="bad", nproc=0))
+    for extra in ([], ["--server-side"]):
+        proc = kubectl.run("apply", *extra, "-f", str(tj), check=False)
+        assert proc.returncode != 0
+        assert "numProcPerNode must be greater than or equal to 1" in proc.stderr
+        assert 'The TrainJob "bad" is invalid' in proc.stderr or "is invalid" in proc.stderr
+    # An unknown field is refused too: kubectl asks for strict validation, the server does it.
+    tj.write_text(TRAINJOB.format(name="bad", nproc=1).replace("  trainer:\n", "  bogus: 1\n  trainer:\n"))
+    proc = kubectl.run("apply", "-f", str(tj), check=False)
+    assert proc.returncode != 0 and 'unknown field "spec.bogus"' in proc.stderr
+
+
+def test_delete_with_cascade_and_wait(
+    kubectl: Kubectl, trainer_apiserver: LocalAPIServer, tmp_path: Path
+) -> None:
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicas": 1,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "template": {
+                                "spec": {
+                                    "containers": [
+                                        {
+                                            "name": "node",
+                                            "image": "busybox",
+                                            "command": ["echo", "hi"],
+                                            "env": [{"name": "SANDBOX_RUN_SECONDS", "value": "0.3"}],
+                                        }
+                                    ]
+                                }
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    path = tmp_path / "js.json"
+    path.write_text(json.dumps(js))
+    kubectl.run("apply", "-f", str(path))
+    kubectl.run("wait", "--for=condition=Completed", "jobset/js", "--timeout=30s")
+    pods = kubectl.json("get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=js")["items"]
+    assert len(pods) == 2
+    assert all(p["status"]["phase"] == "Succeeded" for p in pods)
+    logs = kubectl.run("logs", pods[0]["metadata"]["name"]).stdout
+    assert "command: echo hi" in logs and "exited with code 0" in logs
+    kubectl.run("delete", "jobset", "js", "--cascade=foreground", "--timeout=30s")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and kubectl.json("get", "pods")["items"]:
+        time.sleep(0.1)
+    assert kubectl.json("get", "pods")["items"] == []
+    assert kubectl.json("get", "jobs")["items"] == []
+
+
+def test_patch_pod_status_wins_over_the_timer(
+    kubectl: Kubectl, trainer_apiserver: LocalAPIServer, tmp_path: Path
+) -> None:
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "held"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "template": {
+                        "spec": {
+                            "backoffLimit": 0,
+                            "template": {
+                                "spec": {
+                                    "containers": [
+                                        {
+                                            "name": "node",
+                                            "image": "busybox",
+                                            "env": [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}],
+                                        }
+                                    ]
+                                }
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
+    path = tmp_path / "js.json"
+    path.write_text(json.dumps(js))
+    kubectl.run("create", "-f", str(path))
+    kubectl.run(
+        "wait",
+        "--for=jsonpath={.status.phase}=Running",
+        "pod",
+        "-l",
+        "jobset.sigs.k8s.io/jobset-name=held",
+        "--timeout=10s",
+    )
+    pod = kubectl.json("get", "pods", "-l", "jobset.sigs.k8s.io/jobset-name=held")["items"][0]["metadata"][
+        "name"
+    ]
+    kubectl.run(
+        "patch", "pod", pod, "--subresource=status", "--type=merge", "-p", '{"status":{"phase":"Failed"}}'
+    )
+    kubectl.run("wait", "--for=condition=Failed", "jobset/held", "--timeout=30s")
+    js_obj = kubectl.json("get", "jobset", "held")
+    assert js_obj["status"]["terminalState"] == "Failed"
+
+
+def test_get_watch_streams_tables(kubectl: Kubectl, apiserver: LocalAPIServer) -> None:
+    proc = subprocess.Popen(
+        ["kubectl", "get", "configmaps", "-w", "--request-timeout=3s"],
+        env=kubectl.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(1.0)
+    apiserver.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "seen", "namespace": "default"}}
+    )
+    time.sleep(0.5)
+    proc.terminate()
+    out, _ = proc.communicate(timeout=10)
+    assert "seen" in out
+
+
+def test_install_helpers_are_idempotent_per_server(apiserver: LocalAPIServer) -> None:
+    names = install_crds(apiserver)
+    assert "jobsets.jobset.x-k8s.io" in names and "trainjobs.trainer.kubeflow.org" in names
