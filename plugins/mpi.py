@@ -167,7 +167,7 @@ class MPIPlugin:
                 errors.append(
                     invalid(
                         "spec.trainer.env",
-                        None,
+                        used,
                         f"must not have reserved envs, invalid envs configured: [{' '.join(used)}] "
                         f"(reserved for {mpi.mpi_implementation})",
                     )

@@ -105,7 +105,7 @@ class TorchPlugin:
             errors.append(
                 invalid(
                     "spec.trainer.env",
-                    None,
+                    reserved,
                     f"must not have reserved envs, invalid envs configured: [{' '.join(reserved)}]",
                 )
             )

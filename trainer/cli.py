@@ -69,7 +69,9 @@ def _build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="count", default=0)
     run.add_argument("--config", metavar="FILE", help="operator Configuration (YAML)")
 
-    sub.add_parser("demo", help="show what the operator does for the bundled example TrainJobs")
+    sub.add_parser(
+        "demo", help="run the control plane on a local API server and watch example TrainJobs", add_help=False
+    )
 
     sub.add_parser(
         "sandbox",
@@ -81,8 +83,12 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "demo":
+        from trainer.demo import main as demo_main
+
+        return demo_main(argv[1:])
     if argv and argv[0] == "sandbox":
-        from trainer.testing.sandbox import main as sandbox_main
+        from trainer.sandbox_cmd import main as sandbox_main
 
         return sandbox_main(argv[1:])
     args = _build_parser().parse_args(argv)
@@ -97,10 +103,6 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.controller.main import run as run_operator
 
             return run_operator(args)
-        if args.command == "demo":
-            from trainer.demo import run
-
-            return run()
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -11,41 +11,78 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-from trainer.testing import sandbox
 from trainer.testing.apiserver import free_port
 
 
-def test_with_operator_is_not_yet_available(capsys: object) -> None:
-    assert sandbox.main(["--with-operator"]) == 2
-
-
-def test_sandbox_serves_until_terminated(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "sandbox.kubeconfig"
-    port = free_port()
+def _start(kubeconfig: Path, port: int, *extra: str) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "trainer.testing.sandbox",
+            "trainer.cli",
+            "sandbox",
             "--port",
             str(port),
             "--kubeconfig",
             str(kubeconfig),
+            *extra,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
+    assert proc.stdout is not None
+    lines = []
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if "Ctrl-C" in line or not line:
+            break
+    return proc, "".join(lines)
+
+
+def test_sandbox_with_operator_runs_a_trainjob(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "sandbox.kubeconfig"
+    proc, out = _start(kubeconfig, free_port(), "--with-operator")
     try:
-        assert proc.stdout is not None
-        lines = []
+        assert "The operator is running in this process" in out, out
+        api = config.new_client_from_config(str(kubeconfig))
+        custom = client.CustomObjectsApi(api)
+        job = {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "sandboxed"},
+            "spec": {
+                "runtimeRef": {"name": "torch-distributed"},
+                "trainer": {"env": [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]},
+            },
+        }
+        custom.create_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
+        )
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            line = proc.stdout.readline()
-            lines.append(line)
-            if "Ctrl-C" in line or not line:
-                break
-        out = "".join(lines)
+        state: list[str] = []
+        while time.monotonic() < deadline and "Complete" not in state:
+            got = custom.get_namespaced_custom_object(
+                "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", "sandboxed"
+            )
+            state = [
+                c["type"] for c in (got.get("status") or {}).get("conditions") or [] if c["status"] == "True"
+            ]
+            time.sleep(0.2)
+        assert "Complete" in state
+        api.close()
+    finally:
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(15) == 0
+
+
+def test_sandbox_serves_until_terminated(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "sandbox.kubeconfig"
+    port = free_port()
+    proc, out = _start(kubeconfig, port)
+    try:
         assert f"export KUBECONFIG={kubeconfig}" in out and f"https://127.0.0.1:{port}" in out
         api = config.new_client_from_config(str(kubeconfig))
         custom = client.CustomObjectsApi(api)

@@ -55,6 +55,8 @@ def render_value(value: Any) -> str:
     if isinstance(value, dict):
         return '"object"'
     if isinstance(value, list):
+        if all(isinstance(v, str) for v in value):
+            return json.dumps(value)  # a list of names says more than its type
         return '"array"'
     return json.dumps(str(value))
 

@@ -1,0 +1,79 @@
+"""`trainer sandbox`: the local API server with everything installed, optionally with the operator.
+
+The server is a test and demo stand-in (``trainer.testing``); ``--with-operator`` runs the
+operator in the same process, with its webhooks, so kubectl and the Kubeflow SDK see the whole
+control plane. Without it, point ``trainer run`` at the written kubeconfig.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainer.testing.apiserver import LocalAPIServer
+    from trainer.testing.sandbox import prepare
+
+    parser = argparse.ArgumentParser(
+        prog="trainer sandbox",
+        description="Run an in-memory Kubernetes API server with the trainer CRDs and runtimes "
+        "(a test and demo tool, not a cluster).",
+    )
+    parser.add_argument("--port", type=int, default=0, help="port to listen on (default: a free port)")
+    parser.add_argument(
+        "--kubeconfig",
+        default="sandbox.kubeconfig",
+        help="where to write the kubeconfig (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--with-operator",
+        action="store_true",
+        help="also run the operator (and its webhooks) in this process",
+    )
+    args = parser.parse_args(argv)
+
+    server = LocalAPIServer(port=args.port).start()
+    operator = None
+    try:
+        installed = prepare(server)
+        path = server.write_kubeconfig(Path(args.kubeconfig).expanduser().resolve())
+        print(f"Local Kubernetes API server (a test stand-in, not a cluster) at {server.url}")
+        print(f"Installed {len(installed['crds'])} CRDs and runtimes: {', '.join(installed['runtimes'])}")
+        if args.with_operator:
+            import logging
+
+            from trainer.controller.embedded import EmbeddedOperator
+
+            logging.getLogger("kopf").setLevel(logging.ERROR)
+            server.add_user(OPERATOR_USER)
+            operator_config = server.write_kubeconfig(
+                path.with_name(path.name + ".operator"), user=OPERATOR_USER
+            )
+            operator = EmbeddedOperator(operator_config, webhooks=True).start()
+            print("The operator is running in this process, with its admission webhooks.")
+        else:
+            print(f"Run the operator against it: KUBECONFIG={path} trainer run")
+        print(f"Kubeconfig: {path}")
+        print(f"  export KUBECONFIG={path}")
+        print("  kubectl get clustertrainingruntimes")
+        print("Pods run for $SANDBOX_RUN_SECONDS (default 2) and exit with $SANDBOX_EXIT_CODE (default 0),")
+        print("read from the TrainJob's spec.trainer.env. Press Ctrl-C to stop.")
+        sys.stdout.flush()
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+    finally:
+        if operator is not None:
+            operator.stop()
+        server.stop()
+    return 0
