@@ -39,10 +39,7 @@ class CoSchedulingPlugin:
         policy = _policy(info)
         if policy is None:
             return None
-        existing = info.facts.get(
-            POD_GROUP_KIND, info.namespace, info.name, group=POD_GROUP_API_VERSION.split("/")[0]
-        )
-        if existing is not None and not info.trainjob.spec.suspend:
+        if info.frozen(POD_GROUP_API_VERSION, POD_GROUP_KIND, info.name):
             # A PodGroup the scheduler is already acting on is not rewritten while the TrainJob
             # runs; only a suspended TrainJob (no pods) may change it.
             return None

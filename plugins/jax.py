@@ -20,11 +20,9 @@ class JAXPlugin:
         if info.ml_policy is None or info.ml_policy.jax is None:
             return
         trainer = info.trainjob.spec.trainer
-        trainer_set = info.trainer_pod_set()
+        trainer_set = info.scale_trainer()
         if trainer_set is None:
             return
-        if trainer is not None and trainer.num_nodes is not None:
-            trainer_set.count = trainer.num_nodes
         node = trainer_set.container(c.NODE)
         if trainer is None or node is None:
             return

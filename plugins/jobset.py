@@ -68,12 +68,12 @@ class JobSetPlugin:
 
     @hookimpl
     def trainer_pre_build_sync(self, info: Info) -> None:
-        subdomain = (info.jobset_spec.get("network") or {}).get("subdomain") or info.name
+        name = info.name  # read once: a 10,000-node MPI job makes 10,000 endpoints
+        subdomain = (info.jobset_spec.get("network") or {}).get("subdomain") or name
         for pod_set in info.pod_sets:
+            prefix = f"{name}-{pod_set.name}"
             pod_set.endpoints = [
-                f"{info.name}-{pod_set.name}-{r}-{p}.{subdomain}"
-                for r in range(pod_set.replicas)
-                for p in range(pod_set.count)
+                f"{prefix}-{r}-{p}.{subdomain}" for r in range(pod_set.replicas) for p in range(pod_set.count)
             ]
             job_spec = pod_set.replicated_job.setdefault("template", {}).setdefault("spec", {})
             job_spec["parallelism"] = pod_set.count

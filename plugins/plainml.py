@@ -27,11 +27,9 @@ class PlainMLPlugin:
         if not _acts(info.runtime.spec):
             return
         trainer = info.trainjob.spec.trainer
-        trainer_set = info.trainer_pod_set()
+        trainer_set = info.scale_trainer()
         if trainer is None or trainer_set is None:
             return
-        if trainer.num_nodes is not None:
-            trainer_set.count = trainer.num_nodes
         node = trainer_set.container(c.NODE)
         if node is not None and trainer.env:
             upsert_env(node, trainer.env)

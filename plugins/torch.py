@@ -40,9 +40,7 @@ class TorchPlugin:
         if policy is None or policy.torch is None:
             return
         trainer = info.trainjob.spec.trainer
-        trainer_set = info.trainer_pod_set()
-        if trainer_set is not None and trainer is not None and trainer.num_nodes is not None:
-            trainer_set.count = trainer.num_nodes
+        trainer_set = info.scale_trainer()
         nnodes = str(trainer_set.count) if trainer_set is not None else "1"
         nproc = resolve_nproc(info)
         master = f"{info.name}-{c.NODE}-0-0.{info.name}"

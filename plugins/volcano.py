@@ -42,10 +42,7 @@ class VolcanoPlugin:
         policy = _policy(info)
         if policy is None:
             return None
-        existing = info.facts.get(
-            POD_GROUP_KIND, info.namespace, info.name, group=POD_GROUP_API_VERSION.split("/")[0]
-        )
-        if existing is not None and not info.trainjob.spec.suspend:
+        if info.frozen(POD_GROUP_API_VERSION, POD_GROUP_KIND, info.name):
             return None  # frozen while the TrainJob runs, as for coscheduling
         return [build_pod_group(info, policy)]
 

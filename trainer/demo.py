@@ -45,12 +45,12 @@ def _quick(obj: Obj) -> Obj:
 
 
 def run_live(out: TextIO = sys.stdout, timeout: float = 60) -> int:
+    import logging
+
     from trainer.controller.embedded import EmbeddedOperator
     from trainer.manifests import read_manifests
     from trainer.testing.apiserver import APIError, LocalAPIServer
     from trainer.testing.sandbox import prepare
-
-    import logging
 
     # kopf warns that it cannot install signal handlers off the main thread: expected here.
     logging.getLogger("kopf").setLevel(logging.ERROR)

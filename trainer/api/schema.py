@@ -103,9 +103,3 @@ class APIModel(BaseModel):
     """
 
     model_config = ConfigDict(populate_by_name=True, extra="allow", defer_build=True, frozen=False)
-
-
-# Fields whose Python name differs from the JSON name use pydantic's alias; the generator reads
-# the alias. A short helper keeps model definitions readable.
-def wire(name: str) -> dict[str, Any]:
-    return {"alias": name}

@@ -168,6 +168,29 @@ class Info:
     def trainer_pod_set(self) -> PodSet | None:
         return next((ps for ps in self.pod_sets if ps.ancestor == c.ANCESTOR_TRAINER), None)
 
+    def scale_trainer(self) -> PodSet | None:
+        """The trainer pod set, with the TrainJob's numNodes applied when it sets one.
+
+        What every framework plugin that owns the node count does first.
+        """
+        trainer_set = self.trainer_pod_set()
+        trainer = self.trainjob.spec.trainer
+        if trainer_set is not None and trainer is not None and trainer.num_nodes is not None:
+            trainer_set.count = trainer.num_nodes
+        return trainer_set
+
+    def frozen(self, api_version: str, kind: str, name: str) -> bool:
+        """True when a child exists and the TrainJob runs: then it is not rewritten.
+
+        Schedulers act on a PodGroup as soon as it exists; only a suspended TrainJob (no pods)
+        may change one. The JobSet has a rule of its own (it also looks at its own suspend).
+        """
+        group = api_version.rpartition("/")[0]
+        return (
+            self.facts.get(kind, self.namespace, name, group=group) is not None
+            and not self.trainjob.spec.suspend
+        )
+
     def owner_reference(self) -> Obj:
         return {
             "apiVersion": c.API_VERSION,
