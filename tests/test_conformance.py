@@ -77,3 +77,43 @@ def test_rendered_objects_validate_against_their_schemas() -> None:
         else:
             kubernetes_validate.validate(copy.deepcopy(obj), "1.32", strict=True)
     assert {"TrainJob", "JobSet", "ConfigMap"} <= seen
+
+
+def _rules_at(schema: dict[str, Any], value: Any, path: str = "") -> Any:
+    """Each (path, rule, value) a schema's x-kubernetes-validations apply to in an object."""
+    for rule in schema.get("x-kubernetes-validations") or []:
+        yield path, rule, value
+    if isinstance(value, dict):
+        for key, sub in (schema.get("properties") or {}).items():
+            if key in value:
+                yield from _rules_at(sub, value[key], f"{path}.{key}")
+        extra = schema.get("additionalProperties")
+        if isinstance(extra, dict):
+            for key, item in value.items():
+                yield from _rules_at(extra, item, f"{path}[{key}]")
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for i, item in enumerate(value):
+            yield from _rules_at(schema["items"], item, f"{path}[{i}]")
+
+
+@needs_shared()
+def test_rendered_objects_pass_upstreams_cel_rules_by_an_independent_evaluator() -> None:
+    """Our CEL evaluator is one implementation; cel-python is another: both must accept what we write."""
+    celpy = pytest.importorskip("celpy")
+    environment = celpy.Environment()
+    schemas = {
+        "JobSet": _crd_schema(SHARED / "reference/crds/jobset/jobset.x-k8s.io_jobsets.yaml"),
+        "TrainJob": _crd_schema(SHARED / "reference/crds/trainer/trainer.kubeflow.org_trainjobs.yaml"),
+    }
+    checked = 0
+    for obj in _rendered_examples():
+        schema = schemas.get(obj["kind"])
+        if schema is None:
+            continue
+        for path, rule, value in _rules_at(schema, obj):
+            if "oldSelf" in rule["rule"]:
+                continue  # transition rules need an update
+            program = environment.program(environment.compile(rule["rule"]))
+            assert program.evaluate({"self": celpy.json_to_cel(value)}), f"{obj['kind']} {path}: {rule['message']}"
+            checked += 1
+    assert checked >= 3
