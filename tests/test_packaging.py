@@ -49,7 +49,11 @@ def test_wheel_layout(wheel: Path) -> None:
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "trainer = trainer.cli:main" in text
-    assert "Torch = trainer.plugins.torch:plugin" in text
+    from trainer.runtime.framework import BUILTIN_PLUGINS
+
+    for name, module in BUILTIN_PLUGINS.items():
+        # Built-ins are declared exactly as a third-party plugin declares itself.
+        assert f"{name} = {module}:plugin" in text
 
 
 def test_installed_wheel_renders_with_bundled_runtimes(wheel: Path, tmp_path: Path) -> None:

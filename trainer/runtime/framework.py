@@ -14,9 +14,9 @@ implementations of a hook last-registered-first, so registration runs in reverse
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
 
 import pluggy
@@ -93,14 +93,16 @@ class Framework:
 
 
 def _load_builtin(name: str) -> Plugin:
-    # The same object an installed package's metadata declares for it (pyproject.toml); built
-    # here rather than scanned for, because scanning every installed distribution's entry points
-    # costs more than the whole offline render.
-    plugin: Plugin = EntryPoint(name, f"{BUILTIN_PLUGINS[name]}:plugin", ENTRY_POINT_GROUP).load()
+    # The "module:plugin" object the package's entry points declare for it (pyproject.toml),
+    # loaded as EntryPoint.load() loads one; resolved here rather than scanned for, because
+    # importlib.metadata and a scan of every installed distribution cost more than a whole render.
+    plugin: Plugin = importlib.import_module(BUILTIN_PLUGINS[name]).plugin
     return plugin
 
 
 def _external_entry_points() -> dict[str, Any]:
+    from importlib.metadata import entry_points
+
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN_PLUGINS}
 
 
