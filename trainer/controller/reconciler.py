@@ -22,7 +22,7 @@ from trainer.controller.metrics import Metrics, framework_of
 from trainer.controller.writer import StaleCache, Writer, WriteReport
 from trainer.runtime import conditions as cond
 from trainer.runtime.framework import Framework
-from trainer.runtime.render import Outcome, parse_time, reconcile
+from trainer.runtime.render import Event, Outcome, parse_time, reconcile
 
 Obj = dict[str, Any]
 logger = logging.getLogger("trainer.controller")
@@ -233,14 +233,8 @@ def _with_write_error(outcome: Outcome, trainjob: Obj, message: str) -> Outcome:
     status["conditions"] = conditions
     outcome.status = status
     outcome.events.append(
-        events_event(
+        Event(
             "Warning", "TrainJobResourcesCreationFailed", f"TrainJob resources reconciliation failed: {short}"
         )
     )
     return outcome
-
-
-def events_event(type_: str, reason: str, message: str) -> Any:
-    from trainer.runtime.render import Event
-
-    return Event(type_, reason, message)
