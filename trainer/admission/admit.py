@@ -55,7 +55,7 @@ def check_schema(obj: Obj, old: Obj | None) -> Obj:
     if unknown:
         raise AdmissionError(
             [
-                FieldError(path.lstrip("."), "Invalid value", "field not declared in schema")
+                FieldError(path.lstrip("."), "Invalid value", f'unknown field "{path.lstrip(".")}"')
                 for path in unknown
             ]
         )
