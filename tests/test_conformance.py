@@ -38,6 +38,8 @@ def test_every_upstream_runtime_is_admitted_and_round_trips(path: Path) -> None:
     # The typed view loses nothing a user wrote.
     model = ClusterTrainingRuntime.model_validate(manifest)
     assert model.model_dump(by_alias=True, exclude_unset=True) == manifest
+    # The unvalidated view the render core uses is the same typed object.
+    assert ClusterTrainingRuntime.view(manifest) == model
 
 
 @pytest.mark.parametrize("path", OUR_RUNTIMES, ids=lambda p: p.name)
@@ -114,6 +116,8 @@ def test_rendered_objects_pass_upstreams_cel_rules_by_an_independent_evaluator()
             if "oldSelf" in rule["rule"]:
                 continue  # transition rules need an update
             program = environment.program(environment.compile(rule["rule"]))
-            assert program.evaluate({"self": celpy.json_to_cel(value)}), f"{obj['kind']} {path}: {rule['message']}"
+            assert program.evaluate({"self": celpy.json_to_cel(value)}), (
+                f"{obj['kind']} {path}: {rule['message']}"
+            )
             checked += 1
     assert checked >= 3

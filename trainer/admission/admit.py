@@ -14,8 +14,6 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from trainer.admission import structural
 from trainer.admission.errors import AdmissionError, FieldError, forbidden, invalid
 from trainer.admission.hints import api_version_hint, hints
@@ -142,12 +140,7 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
                         f"must contain the required container for the ancestor: {ancestor}",
                     )
                 )
-    try:
-        runtime = TrainingRuntime.model_validate(runtime_obj)
-    except ValidationError as exc:  # the schema admitted it, so this is our bug, said plainly
-        raise AdmissionError(
-            [invalid("spec", "object", f"cannot be read: {exc.errors()[0]['msg']}")]
-        ) from exc
+    runtime = TrainingRuntime.view(runtime_obj)
     missing = framework.missing_for(runtime.spec)
     if missing:
         errors.append(
@@ -196,7 +189,7 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
             f'Referenced ClusterTrainingRuntime "{runtime_meta.get("name")}" is deprecated and will be removed in a '
             f"future release of Kubeflow Trainer. See runtime deprecation policy: {c.DEPRECATION_DOC_URL}"
         )
-    runtime = TrainingRuntime.model_validate(runtime_obj)
+    runtime = TrainingRuntime.view(runtime_obj)
     missing = framework.missing_for(runtime.spec)
     if missing:
         raise AdmissionError(
@@ -208,8 +201,8 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
                 )
             ]
         )
-    trainjob = TrainJob.model_validate(trainjob_obj)
-    old_model = TrainJob.model_validate(old) if old is not None else None
+    trainjob = TrainJob.view(trainjob_obj)
+    old_model = TrainJob.view(old) if old is not None else None
     try:
         info = build_info(trainjob, trainjob_obj, runtime, runtime_obj, facts)
     except (PluginError, ValueError, KeyError, TypeError):

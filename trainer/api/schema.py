@@ -12,8 +12,11 @@ and only then are the models used as typed views of an admitted object.
 
 from __future__ import annotations
 
+import types
+import typing
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict
 
@@ -103,3 +106,55 @@ class APIModel(BaseModel):
     """
 
     model_config = ConfigDict(populate_by_name=True, extra="allow", defer_build=True, frozen=False)
+
+    @classmethod
+    def view(cls, data: Mapping[str, Any]) -> Self:
+        """A typed view of an object the CRD schema has already admitted, built without validation.
+
+        Validating again would check nothing the schema did not, and building pydantic's
+        validators costs more than a whole offline render; so nested models are constructed
+        field by field and everything else is kept as it came (extra fields included).
+        """
+        values: dict[str, Any] = {}
+        for name, convert in _view_plan(cls).items():
+            if name in data:
+                value = data[name]
+                values[name] = convert(value) if convert is not None and value is not None else value
+        values.update({k: v for k, v in data.items() if k not in values})
+        return typing.cast(Self, cls.model_construct(**values))
+
+
+_Converter = Callable[[Any], Any] | None
+_PLANS: dict[type[BaseModel], dict[str, _Converter]] = {}
+
+
+def _view_plan(model: type[BaseModel]) -> dict[str, _Converter]:
+    """Wire name -> how to turn its value into a view (None: keep it), computed once per model."""
+    plan = _PLANS.get(model)
+    if plan is None:
+        plan = {
+            (info.alias or name): _converter(info.annotation) for name, info in model.model_fields.items()
+        }
+        _PLANS[model] = plan
+    return plan
+
+
+def _converter(annotation: Any) -> _Converter:
+    while True:
+        origin = get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            members = [a for a in get_args(annotation) if a is not type(None)]
+            if len(members) != 1:
+                return None
+            annotation = members[0]
+        else:
+            break
+    if isinstance(annotation, type) and issubclass(annotation, APIModel):
+        return annotation.view
+    if get_origin(annotation) is list:
+        item = _converter(get_args(annotation)[0])
+        if item is not None:
+            return lambda values: [item(v) if isinstance(v, Mapping) else v for v in values]
+    return None

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pydantic import ValidationError
-
 from trainer.api import constants as c
 from trainer.api.runtime import TrainingRuntime
 from trainer.api.trainjob import TrainJob
@@ -169,11 +167,10 @@ def _build(
         if snapshot is not None
         else lookup_runtime(facts, spec.get("runtimeRef") or {}, namespace)
     )
-    try:
-        runtime = TrainingRuntime.model_validate(runtime_obj)
-        trainjob = TrainJob.model_validate(trainjob_obj)
-    except ValidationError as exc:
-        raise PluginError(f"the runtime cannot be read: {exc.errors()[0]['msg']}") from exc
+    if snapshot is not None:
+        _check_snapshot_runtime(runtime_obj)
+    runtime = TrainingRuntime.view(runtime_obj)
+    trainjob = TrainJob.view(trainjob_obj)
     outcome.framework_label = ((runtime_obj.get("metadata") or {}).get("labels") or {}).get(c.FRAMEWORK_LABEL)
     missing = framework.missing_for(runtime.spec)
     if missing:
@@ -188,6 +185,20 @@ def _build(
     for built in hook.trainer_build(info=info):
         outcome.objects.extend(built or [])
     return info
+
+
+def _check_snapshot_runtime(runtime_obj: Obj) -> None:
+    """A snapshot is a ConfigMap anyone with rights may edit: check it as the API server checked
+    the runtime it copies, before plugins read it as typed data."""
+    from trainer.admission import structural
+    from trainer.admission.admit import schemas
+
+    kind = runtime_obj.get("kind")
+    schema = schemas().get(kind) if kind in c.RUNTIME_KINDS else None
+    errors = structural.validate(schema, runtime_obj) if schema is not None else []
+    if schema is None or errors:
+        reason = str(errors[0]) if errors else f"it holds a {kind}, not a runtime"
+        raise PluginError(f"invalid runtime snapshot: {reason}")
 
 
 def _record_failure(outcome: Outcome, conditions: list[Obj], exc: Exception, now: str) -> None:
