@@ -25,6 +25,7 @@ from typing import Any
 import helm_python as helm
 import yaml
 
+from trainer.controller import rbac_audit
 from trainer.testing.apiserver import LocalAPIServer
 
 Obj = dict[str, Any]
@@ -34,6 +35,7 @@ CHART = ROOT / "charts" / "kubeflow-trainer"
 RELEASE = "kubeflow-trainer"
 NAMESPACE = "kubeflow-system"
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def reference_dir() -> Path | None:
@@ -47,7 +49,9 @@ def reference_dir() -> Path | None:
 # --- rendering ---------------------------------------------------------------------------------
 
 
-def render_files(values: Obj | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE) -> dict[str, str]:
+def render_files(
+    values: Obj | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
+) -> dict[str, str]:
     with helm.Chart.load(CHART) as chart:
         return chart.render(values=values, name=release, namespace=namespace, is_install=True)
 
@@ -58,7 +62,7 @@ def render(values: Obj | None = None, *, release: str = RELEASE, namespace: str 
     for name, text in sorted(render_files(values, release=release, namespace=namespace).items()):
         if name.endswith("NOTES.txt"):
             continue
-        objects += [doc for doc in yaml.safe_load_all(text) if doc]
+        objects += [doc for doc in yaml.load_all(text, Loader=_LOADER) if doc]
     return objects
 
 
@@ -88,7 +92,9 @@ def installed_runtimes(objects: list[Obj]) -> list[str]:
 def merge(base: Obj, override: Obj) -> Obj:
     out = copy.deepcopy(base)
     for key, value in override.items():
-        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        out[key] = (
+            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        )
     return out
 
 
@@ -132,7 +138,7 @@ def helm_config(server: LocalAPIServer, directory: Path) -> Iterator[helm.Config
 
 
 def manifest_objects(release: Obj) -> list[Obj]:
-    return [doc for doc in yaml.safe_load_all(release["manifest"]) if doc]
+    return [doc for doc in yaml.load_all(release["manifest"], Loader=_LOADER) if doc]
 
 
 # --- the operator as its Deployment runs it ----------------------------------------------------
@@ -229,7 +235,10 @@ class OperatorProcess:
         self.env = env
         if register_webhooks:
             self.server.register_webhook_service(
-                self.namespace, self.deployment["metadata"]["name"], 443, f"https://127.0.0.1:{self.port('webhook')}"
+                self.namespace,
+                self.deployment["metadata"]["name"],
+                443,
+                f"https://127.0.0.1:{self.port('webhook')}",
             )
         self.process = subprocess.Popen(
             self.argv, env=env, cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=self.log_path.open("wb")
@@ -260,7 +269,9 @@ class OperatorProcess:
         port = self.port(action["port"]) if isinstance(action["port"], str) else int(action["port"])
         try:
             if "httpGet" in probe:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}{action['path']}", timeout=2) as response:
+                with urllib.request.urlopen(
+                    f"http://127.0.0.1:{port}{action['path']}", timeout=2
+                ) as response:
                     return bool(200 <= response.status < 400)
             with socket.create_connection(("127.0.0.1", port), timeout=2):
                 return True
@@ -307,3 +318,226 @@ def conditions(server: LocalAPIServer, name: str, namespace: str) -> dict[str, O
 def condition_true(server: LocalAPIServer, name: str, namespace: str, type_: str) -> Obj | None:
     found = conditions(server, name, namespace).get(type_)
     return found if found is not None and found.get("status") == "True" else None
+
+
+# --- the workload the operator's RBAC is derived from --------------------------------------------
+
+SCENARIO_NAMESPACE = "team-a"
+JOBSET_API = "jobset.x-k8s.io/v1alpha2"
+PODGROUP_APIS = {"coscheduling": "scheduling.x-k8s.io/v1alpha1", "volcano": "scheduling.volcano.sh/v1beta1"}
+
+
+def trainjob(
+    name: str, runtime: str, *, kind: str = "ClusterTrainingRuntime", run_seconds: int = 1, **spec: Any
+) -> Obj:
+    trainer: Obj = {
+        "numNodes": spec.pop("numNodes", 2),
+        "env": [{"name": "SANDBOX_RUN_SECONDS", "value": str(run_seconds)}],
+    }
+    if "resourcesPerNode" in spec:
+        trainer["resourcesPerNode"] = spec.pop("resourcesPerNode")
+    return {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": SCENARIO_NAMESPACE},
+        "spec": {"runtimeRef": {"name": runtime, "kind": kind}, "trainer": trainer, **spec},
+    }
+
+
+def gang_runtime(name: str, policy: Obj) -> Obj:
+    node = {
+        "name": "node",
+        "template": {
+            "metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+            "spec": {
+                "template": {
+                    "spec": {
+                        "containers": [
+                            {"name": "node", "image": "pytorch/pytorch:2.7.1-cuda12.8-cudnn9-runtime"}
+                        ]
+                    }
+                }
+            },
+        },
+    }
+    return {
+        "apiVersion": TRAINER_API,
+        "kind": "TrainingRuntime",
+        "metadata": {"name": name, "namespace": SCENARIO_NAMESPACE},
+        "spec": {
+            "mlPolicy": {"numNodes": 1, "torch": {}},
+            "podGroupPolicy": policy,
+            "template": {"spec": {"replicatedJobs": [node]}},
+        },
+    }
+
+
+@dataclass
+class ScenarioResult:
+    """What the workload saw, and the audit log up to its end (later tests do not change it)."""
+
+    audit: list[Any]
+    created: list[Obj]
+    refusal: str
+    defaulted: Obj
+    events: list[Obj]
+    final: dict[str, dict[str, Obj]]
+
+
+def _restored(
+    server: LocalAPIServer, api_version: str, kind: str, name: str, path: list[str], want: Any
+) -> bool:
+    value: Any = server.get(api_version, kind, name, SCENARIO_NAMESPACE)
+    for part in path:
+        value = value.get(part) if isinstance(value, dict) else None
+    return bool(value == want)
+
+
+def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
+    """Everything the operator does for TrainJobs, so its audit log holds every kind of call it makes.
+
+    Completion (torch), MPI with its Secret and hostfile (deepspeed), both gang schedulers' PodGroups,
+    suspend and resume, an exceeded deadline (the JobSet is deleted), children edited behind the
+    operator's back (it writes them back), deletion, and the webhooks: a refusal and a defaulting.
+    """
+    ns = SCENARIO_NAMESPACE
+    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    server.create(gang_runtime("gang-coscheduling", {"coscheduling": {"scheduleTimeoutSeconds": 30}}))
+    server.create(gang_runtime("gang-volcano", {"volcano": {}}))
+
+    # A float quantity, as the Kubeflow SDK sends it: the defaulting webhook makes it a quantity string.
+    defaulted = server.create(
+        trainjob("torch", "torch-distributed", resourcesPerNode={"requests": {"cpu": 0.5}})
+    )
+    server.create(trainjob("deepspeed", "deepspeed-distributed", run_seconds=-1))
+    # Gang-scheduled TrainJobs start suspended: a PodGroup is only rewritten while no pod runs.
+    server.create(trainjob("coscheduled", "gang-coscheduling", kind="TrainingRuntime", suspend=True))
+    server.create(trainjob("volcano", "gang-volcano", kind="TrainingRuntime", suspend=True))
+    server.create(trainjob("suspended", "torch-distributed", suspend=True))
+    server.create(
+        trainjob("deadline", "torch-distributed", run_seconds=-1, numNodes=1, activeDeadlineSeconds=3)
+    )
+    refusal = ""
+    try:
+        server.create(trainjob("refused", "no-such-runtime"))
+    except Exception as exc:  # the API server's refusal, with the webhook's words
+        refusal = str(exc)
+
+    def exists(api_version: str, kind: str, name: str) -> bool:
+        return any(o["metadata"]["name"] == name for o in server.list(api_version, kind, ns))
+
+    wait_for("the hostfile ConfigMap", lambda: exists("v1", "ConfigMap", "deepspeed-mpi-hostfile"))
+    for name, api in PODGROUP_APIS.items():
+        wait_for(
+            f"the {name} PodGroup",
+            lambda api=api, name=name: exists(
+                api, "PodGroup", "coscheduled" if name == "coscheduling" else "volcano"
+            ),
+        )
+    wait_for("the suspended TrainJob's JobSet", lambda: exists(JOBSET_API, "JobSet", "suspended"))
+
+    # Children edited behind the operator's back are written back.
+    hostfile = server.get("v1", "ConfigMap", "deepspeed-mpi-hostfile", ns)
+    key = next(iter(hostfile["data"]))
+    server.patch("v1", "ConfigMap", "deepspeed-mpi-hostfile", {"data": {key: "edited\n"}}, ns)
+    wait_for(
+        "the hostfile written back",
+        lambda: _restored(
+            server, "v1", "ConfigMap", "deepspeed-mpi-hostfile", ["data", key], hostfile["data"][key]
+        ),
+    )
+    for api, name in ((PODGROUP_APIS["coscheduling"], "coscheduled"), (PODGROUP_APIS["volcano"], "volcano")):
+        want = server.get(api, "PodGroup", name, ns)["spec"]["minMember"]
+        server.patch(api, "PodGroup", name, {"spec": {"minMember": want + 5}}, ns)
+        wait_for(
+            f"PodGroup {name} written back",
+            lambda api=api, name=name, want=want: _restored(
+                server, api, "PodGroup", name, ["spec", "minMember"], want
+            ),
+        )
+
+    # What the operator created, while it all exists (for the ownerReference permissions).
+    kinds = [("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Event"), (JOBSET_API, "JobSet")]
+    kinds += [(api, "PodGroup") for api in PODGROUP_APIS.values()]
+    managers = {
+        r.user_agent.split("/")[0]
+        for r in list(server.audit.records)
+        if r.user == operator_user and r.verb == "create"
+    }
+    created = [
+        o
+        for api, kind in kinds
+        for o in server.list(api, kind, ns)
+        if any(f.get("manager") in managers for f in o["metadata"].get("managedFields") or [])
+    ]
+
+    for name in ("suspended", "coscheduled", "volcano"):
+        server.patch(TRAINER_API, "TrainJob", name, {"spec": {"suspend": False}}, ns)
+    for name in ("torch", "suspended", "coscheduled", "volcano"):
+        wait_for(f"TrainJob {name} complete", lambda name=name: condition_true(server, name, ns, "Complete"))
+    wait_for("TrainJob deadline failed", lambda: condition_true(server, "deadline", ns, "Failed"))
+    wait_for("the deadline's JobSet deleted", lambda: not exists(JOBSET_API, "JobSet", "deadline"))
+    server.delete(TRAINER_API, "TrainJob", "deepspeed", ns)
+    wait_for("children collected", lambda: not exists(JOBSET_API, "JobSet", "deepspeed"))
+    time.sleep(1)  # let the operator see the deletions, as it would in a cluster
+
+    events = server.list("v1", "Event", ns)
+    final = {
+        o["metadata"]["name"]: conditions(server, o["metadata"]["name"], ns)
+        for o in server.list(TRAINER_API, "TrainJob", ns)
+    }
+    return ScenarioResult(list(server.audit.records), created, refusal, defaulted, events, final)
+
+
+# --- one installed release with its operator running ---------------------------------------------
+
+OWNER_KINDS = {(TRAINER_API, "TrainJob"): rbac_audit.OwnerKind("trainer.kubeflow.org", "trainjobs")}
+
+
+@dataclass
+class Installed:
+    server: LocalAPIServer
+    helm: helm.Config
+    release: Obj
+    objects: list[Obj]
+    operator: OperatorProcess
+    values: Obj
+
+    @property
+    def deployment(self) -> Obj:
+        return one(self.objects, "Deployment")
+
+    @property
+    def operator_user(self) -> str:
+        return service_account_user(self.deployment)
+
+
+@contextlib.contextmanager
+def installed(
+    directory: Path, values: Obj | None = None, *, start_operator: bool = True, jobset: bool = True
+) -> Iterator[Installed]:
+    """A local API server with JobSet's CRD, the chart installed by Helm, and the operator running as
+    its Deployment says (on free ports)."""
+    values = merge(port_values(), values or {})
+    server = LocalAPIServer().start()
+    try:
+        install_prerequisites(server, jobset=jobset)
+        with helm_config(server, directory) as cfg:
+            release = cfg.install(str(CHART), RELEASE, values, create_namespace=True, timeout=60)
+            objects = manifest_objects(release)
+            operator = OperatorProcess(server, one(objects, "Deployment"), directory)
+            try:
+                if start_operator:
+                    operator.start().wait_ready()
+                yield Installed(server, cfg, release, objects, operator, values)
+            finally:
+                operator.stop()
+    finally:
+        server.stop()
+
+
+def operator_permissions(result: ScenarioResult, user: str) -> set[rbac_audit.Permission]:
+    """The permissions the operator used: its calls, and what its ownerReferences ask of admission."""
+    return rbac_audit.permissions_from_audit(result.audit, user) | rbac_audit.owner_finalizer_permissions(
+        result.created, OWNER_KINDS
+    )

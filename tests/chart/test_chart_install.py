@@ -1,0 +1,180 @@
+"""The chart installed by Helm 4 into the local API server, with the operator started as its Deployment
+says (command, arguments, environment, ServiceAccount, mounted ConfigMap and Secret), running TrainJobs.
+
+The operator's ClusterRole must equal what it used here: every call in the audit log (and the
+finalizers permission its ownerReferences need), no more, no less.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import chart_harness as h
+import derive_rbac
+import helm_python as helm
+import pytest
+
+from trainer.controller import rbac_audit
+from trainer.testing.apiserver import LocalAPIServer
+
+Obj = dict[str, Any]
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[h.Installed]:
+    with h.installed(tmp_path_factory.mktemp("release")) as installed:
+        yield installed
+
+
+@pytest.fixture(scope="module")
+def scenario(release: h.Installed) -> h.ScenarioResult:
+    return h.run_scenario(release.server, release.operator_user)
+
+
+def test_operator_runs_with_the_deployments_command_and_identity(release: h.Installed) -> None:
+    container = release.deployment["spec"]["template"]["spec"]["containers"][0]
+    operator = release.operator
+    assert Path(operator.argv[0]).name == container["command"][0] == "trainer"
+    assert operator.argv[1:] == [operator.translate(a) for a in container["args"]]
+    assert operator.env["PYTHONUNBUFFERED"] == "1"
+    assert release.operator_user == f"system:serviceaccount:{h.NAMESPACE}:kubeflow-trainer-controller-manager"
+    calls = [r for r in release.server.audit.records if r.user == release.operator_user]
+    assert calls, "the operator talks to the API server as its ServiceAccount"
+    assert {r.user for r in release.server.audit.records if r.user_agent.startswith("trainer-operator")} == {
+        release.operator_user
+    }
+
+
+def test_trainjobs_run_through_the_operator(scenario: h.ScenarioResult) -> None:
+    final = scenario.final
+    for name in ("torch", "suspended", "coscheduled", "volcano"):
+        assert final[name]["Complete"]["status"] == "True", (name, final[name])
+    assert final["suspended"]["Suspended"]["status"] == "False"
+    assert final["deadline"]["Failed"]["reason"] == "DeadlineExceeded"
+    assert "deepspeed" not in final  # deleted, its children collected
+
+
+def test_webhooks_refuse_and_default_through_the_service(scenario: h.ScenarioResult) -> None:
+    assert (
+        'admission webhook "validator.trainjob.trainer.kubeflow.org" denied the request' in scenario.refusal
+    )
+    assert "no-such-runtime" in scenario.refusal
+    # The SDK's float quantity, made a string by the defaulting webhook before the schema saw it.
+    assert scenario.defaulted["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] == "500m"
+
+
+def test_events_tell_what_happened(scenario: h.ScenarioResult) -> None:
+    reasons = {(e["involvedObject"]["name"], e["reason"]) for e in scenario.events}
+    assert ("torch", "JobSetCreated") in reasons
+    assert ("torch", "TrainJobCompleted") in reasons
+    assert ("deadline", "TrainJobFailed") in reasons
+
+
+def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: h.ScenarioResult) -> None:
+    user = release.operator_user
+    sa_name = release.deployment["spec"]["template"]["spec"]["serviceAccountName"]
+    bound = [
+        b
+        for b in h.find(release.objects, "ClusterRoleBinding") + h.find(release.objects, "RoleBinding")
+        if {"kind": "ServiceAccount", "name": sa_name, "namespace": h.NAMESPACE} in b["subjects"]
+    ]
+    assert [(b["kind"], b["roleRef"]["kind"]) for b in bound] == [("ClusterRoleBinding", "ClusterRole")]
+    role = h.one(release.objects, "ClusterRole", bound[0]["roleRef"]["name"])
+    granted = rbac_audit.permissions_from_rules(role["rules"])
+    used = h.operator_permissions(scenario, user)
+    missing, unused = used - granted, granted - used
+    assert not missing, "the operator made calls its ClusterRole does not grant:\n" + "\n".join(
+        rbac_audit.describe(missing)
+    )
+    assert not unused, "the ClusterRole grants what the operator never used:\n" + "\n".join(
+        rbac_audit.describe(unused)
+    )
+    # And the template is exactly what charts/tools/derive_rbac.py writes for these permissions.
+    assert derive_rbac.TEMPLATE.read_text() == derive_rbac.template(used), (
+        "run python charts/tools/derive_rbac.py"
+    )
+
+
+def test_upgrade_keeps_the_certificate_and_turns_runtimes_off(release: h.Installed) -> None:
+    server = release.server
+
+    def cert() -> str:
+        return str(
+            server.get("v1", "Secret", "kubeflow-trainer-webhook-cert", h.NAMESPACE)["data"]["tls.crt"]
+        )
+
+    def runtimes() -> list[str]:
+        return sorted(o["metadata"]["name"] for o in server.list(h.TRAINER_API, "ClusterTrainingRuntime"))
+
+    before, installed = cert(), runtimes()
+    values = h.merge(release.values, {"runtimes": {"jaxDistributed": {"enabled": False}}})
+    upgraded = release.helm.upgrade(str(h.CHART), h.RELEASE, values, timeout=60)
+    assert upgraded["revision"] == 2
+    assert cert() == before  # the webhooks' CA is unchanged: the running operator keeps serving
+    assert runtimes() == sorted(set(installed) - {"jax-distributed"})
+    # The operator still admits TrainJobs through the upgraded webhook configurations.
+    server.create(h.trainjob("after-upgrade", "torch-distributed"))
+    h.wait_for(
+        "a TrainJob after the upgrade",
+        lambda: h.condition_true(server, "after-upgrade", h.SCENARIO_NAMESPACE, "Complete"),
+    )
+
+
+def test_uninstall_leaves_only_the_crds(release: h.Installed) -> None:
+    server = release.server
+    release.operator.stop()
+    release.helm.uninstall(h.RELEASE, timeout=60)
+    instance = "app.kubernetes.io/instance"
+    leftovers = []
+    for api_version, kind, namespace in [
+        ("v1", "ConfigMap", h.NAMESPACE),
+        ("v1", "Secret", h.NAMESPACE),
+        ("v1", "Service", h.NAMESPACE),
+        ("v1", "ServiceAccount", h.NAMESPACE),
+        ("apps/v1", "Deployment", h.NAMESPACE),
+        ("rbac.authorization.k8s.io/v1", "Role", h.NAMESPACE),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding", h.NAMESPACE),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole", None),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", None),
+        ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration", None),
+        ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration", None),
+        (h.TRAINER_API, "ClusterTrainingRuntime", None),
+    ]:
+        for obj in server.list(api_version, kind, namespace):
+            if (obj["metadata"].get("labels") or {}).get(
+                instance
+            ) == h.RELEASE or kind == "ClusterTrainingRuntime":
+                leftovers.append(f"{kind} {obj['metadata']['name']}")
+    assert leftovers == []
+    crds = [
+        c
+        for c in server.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
+        if c["spec"]["group"] == "trainer.kubeflow.org"
+    ]
+    assert len(crds) == 3  # kept: deleting them would delete every TrainJob
+    assert server.list(h.TRAINER_API, "TrainJob", h.SCENARIO_NAMESPACE), (
+        "the users' TrainJobs are still there"
+    )
+
+
+def test_operator_refuses_to_start_without_jobset(tmp_path: Path) -> None:
+    with h.installed(tmp_path, start_operator=False, jobset=False) as release:
+        release.operator.start(register_webhooks=False)
+        code = release.operator.wait_exit(60)
+        assert code != 0
+        assert "the JobSet CRD (jobsets.jobset.x-k8s.io) is not installed" in release.operator.logs()
+
+
+def test_install_refuses_kubernetes_older_than_supported(tmp_path: Path) -> None:
+    server = LocalAPIServer(minor_version=28, jobset_controller=False).start()
+    try:
+        with h.helm_config(server, tmp_path) as cfg, pytest.raises(helm.HelmError) as refused:
+            cfg.install(str(h.CHART), h.RELEASE, create_namespace=True)
+        assert "kubeVersion" in str(refused.value) or "1.29" in str(refused.value)
+        assert server.list("apiextensions.k8s.io/v1", "CustomResourceDefinition") == []
+    finally:
+        server.stop()

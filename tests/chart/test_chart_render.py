@@ -1,0 +1,593 @@
+"""The chart rendered offline by Helm 4 (helm-python-sdk): strict lint, schema, and every object checked.
+
+Built-in kinds are validated against the Kubernetes OpenAPI schemas (kubernetes-validate) of the oldest
+and newest supported versions; custom resources against the CRDs in shared/reference (the trainer's,
+JobSet's for the runtimes' JobSet templates, cert-manager's and Prometheus Operator's).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+from pathlib import Path
+from typing import Any
+
+import chart_harness as h
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+
+from trainer.admission import structural
+from trainer.controller.config import Configuration
+from trainer.controller.operator import Operator
+from trainer.testing import sandbox
+
+Obj = dict[str, Any]
+
+KUBERNETES_VERSIONS = ("1.29", "1.33")  # the supported range (docs/install.md)
+RUNTIME_KEYS = {
+    "torchDistributed": "torch-distributed",
+    "deepspeedDistributed": "deepspeed-distributed",
+    "mlxDistributed": "mlx-distributed",
+    "jaxDistributed": "jax-distributed",
+    "xgboostDistributed": "xgboost-distributed",
+    "torchtuneDistributed.llama3_2_1B": "torchtune-llama3.2-1b",
+    "torchtuneDistributed.llama3_2_3B": "torchtune-llama3.2-3b",
+    "torchtuneDistributed.qwen2_5_1_5B": "torchtune-qwen2.5-1.5b",
+}
+
+
+def runtime_toggle(key: str, enabled: bool) -> Obj:
+    out: Obj = {"enabled": enabled}
+    for part in reversed(key.split(".")):
+        out = {part: out}
+    return {"runtimes": out}
+
+
+def all_runtimes(enabled: bool) -> Obj:
+    values: Obj = {}
+    for key in RUNTIME_KEYS:
+        values = h.merge(values, runtime_toggle(key, enabled))
+    return values
+
+
+# Each toggle the chart has, and the values a user of upstream's chart would carry over.
+TOGGLES: dict[str, Obj] = {
+    "defaults": {},
+    "crds-off": {"crds": {"enabled": False}},
+    "cert-manager": {"certManager": {"enabled": True}},
+    "cert-manager-issuer": {
+        "certManager": {"enabled": True, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}
+    },
+    "service-monitor": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "30s"}
+    },
+    "runtimes-off": all_runtimes(False),
+    "runtimes-default-enabled": h.merge(all_runtimes(False), {"runtimes": {"defaultEnabled": True}}),
+    "runtime-images": {
+        "runtimes": {
+            "deepspeedDistributed": {"image": {"registry": "mirror.example.com", "tag": "v2.1.0"}},
+            "torchtuneDistributed": {"image": {"tag": "v2.1.0"}},
+        }
+    },
+    "operator-settings": {
+        "manager": {
+            "replicas": 0,
+            "logFormat": "plain",
+            "verbosity": 2,
+            "priorityClassName": "system-cluster-critical",
+            "nodeSelector": {"kubernetes.io/os": "linux"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
+            "config": {"featureGates": {"TrainJobStatus": True}, "plugins": {"disabled": ["Volcano"]}},
+        },
+        "image": {
+            "registry": "registry.example.com",
+            "tag": "0.1.0-rc1",
+            "pullSecrets": [{"name": "regcred"}],
+        },
+        "commonLabels": {"team": "ml-platform"},
+    },
+    "upstream-values": {
+        "image": {
+            "registry": "ghcr.io",
+            "repository": "kubeflow/trainer/trainer-operator",
+            "pullPolicy": "Always",
+        },
+        "jobset": {"install": False},
+        "manager": {
+            "replicas": 1,
+            "resources": {
+                "limits": {"cpu": "500m", "memory": "512Mi"},
+                "requests": {"cpu": "100m", "memory": "300Mi"},
+            },
+            "config": {
+                "clientConnection": {"qps": 0.5, "burst": 10},
+                "controller": {"groupKindConcurrency": {"trainJob": 10}},
+            },
+        },
+        "webhook": {"failurePolicy": "Ignore"},
+        "runtimes": {"defaultEnabled": False, "torchDistributed": {"enabled": True}},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def rendered() -> dict[str, list[Obj]]:
+    return {name: h.render(values) for name, values in TOGGLES.items()}
+
+
+@pytest.fixture(scope="module")
+def default() -> list[Obj]:
+    return h.render()
+
+
+@pytest.fixture(scope="module")
+def reference() -> Path:
+    found = h.reference_dir()
+    if found is None:
+        pytest.skip("shared/reference is not beside the repository")
+    return found
+
+
+@pytest.fixture(scope="module")
+def schemas(reference: Path) -> dict[tuple[str, str], Obj]:
+    """openAPIV3Schema by (apiVersion, kind), from the reference CRDs."""
+    found: dict[tuple[str, str], Obj] = {}
+    for path in sorted(reference.glob("crds/*/*.yaml")):
+        for crd in yaml.load_all(path.read_text(), Loader=h._LOADER):
+            if not crd or crd.get("kind") != "CustomResourceDefinition":
+                continue
+            for version in crd["spec"]["versions"]:
+                key = (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"])
+                found[key] = version["schema"]["openAPIV3Schema"]
+    return found
+
+
+def _check_custom(schema: Obj, obj: Obj) -> list[str]:
+    problems = [f"unknown field {p}" for p in structural.unknown_fields(schema, obj)]
+    problems += [str(e) for e in structural.validate(schema, obj)]
+    return problems
+
+
+# --- lint and schema ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("toggle", sorted(TOGGLES))
+def test_strict_lint_is_clean(toggle: str) -> None:
+    for version in KUBERNETES_VERSIONS:
+        report = helm.lint(
+            h.CHART, TOGGLES[toggle], strict=True, namespace=h.NAMESPACE, kube_version=f"v{version}.0"
+        )
+        assert report["errors"] == [] and report["messages"] == [], report
+
+
+@pytest.mark.parametrize(
+    ("values", "complaint"),
+    [
+        ({"manager": {"replica": 1}}, "replica"),  # a typo is an error, not a silent default
+        ({"manager": {"replicas": 2}}, "replicas"),  # no leader election: never two
+        ({"jobset": {"install": True}}, "install"),  # JobSet is installed separately
+        ({"webhook": {"failurePolicy": "Maybe"}}, "failurePolicy"),
+        (
+            {"manager": {"config": {"leaderElection": {"leaderElect": True}}}},
+            "leaderElection",
+        ),  # upstream's, not ours
+        ({"manager": {"config": {"metrics": {"bindAddress": "8080"}}}}, "bindAddress"),
+        ({"runtimes": {"torchDistributed": {"enabled": "yes"}}}, "enabled"),
+        ({"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}, "name"),
+        ({"dataCache": {"enabled": True}}, "dataCache"),
+    ],
+)
+def test_values_schema_refuses(values: Obj, complaint: str) -> None:
+    with helm.Chart.load(h.CHART) as chart, pytest.raises(helm.HelmError) as refused:
+        chart.render(values=values, name=h.RELEASE, namespace=h.NAMESPACE)
+    assert complaint in str(refused.value)
+
+
+def test_every_value_is_documented_and_in_the_schema() -> None:
+    import sync_chart
+
+    text = (h.CHART / "values.yaml").read_text()
+    values = yaml.safe_load(text)
+    documented = {d.key for d in sync_chart.value_docs(text)}
+    schema = json.loads((h.CHART / "values.schema.json").read_text())
+
+    def leaves(node: Any, prefix: str = "") -> list[str]:
+        if isinstance(node, dict) and node:
+            return [leaf for k, v in node.items() for leaf in leaves(v, f"{prefix}{k}.")]
+        return [prefix[:-1]]
+
+    def schema_node(path: list[str]) -> Any:
+        node = schema
+        for part in path:
+            while "$ref" in node:
+                node = schema["definitions"][node["$ref"].split("/")[-1]]
+            if "properties" not in node:
+                return node  # a free-form object (resources, affinity, ...): Kubernetes checks it
+            node = node["properties"].get(part)
+            if node is None:
+                return None
+        return node
+
+    for leaf in leaves(values):
+        parts = leaf.split(".")
+        assert any(".".join(parts[:i]) in documented for i in range(1, len(parts) + 1)), (
+            f"{leaf}: no `# --` comment"
+        )
+        assert schema_node(parts) is not None, f"{leaf} is not in values.schema.json"
+
+
+# --- every object valid -------------------------------------------------------------------------
+
+
+_VALIDATED: set[str] = set()  # objects the same under several toggles are checked once
+
+
+@pytest.mark.parametrize("toggle", sorted(TOGGLES))
+def test_every_rendered_object_is_valid(
+    toggle: str, rendered: dict[str, list[Obj]], schemas: dict[tuple[str, str], Obj]
+) -> None:
+    jobset_spec = schemas[("jobset.x-k8s.io/v1alpha2", "JobSet")]["properties"]["spec"]
+    for obj in rendered[toggle]:
+        fingerprint = json.dumps(obj, sort_keys=True)
+        if fingerprint in _VALIDATED:
+            continue
+        where = f"{obj['kind']} {obj['metadata']['name']}"
+        key = (obj["apiVersion"], obj["kind"])
+        if key in schemas:
+            assert _check_custom(schemas[key], obj) == [], where
+            if obj["kind"] == "ClusterTrainingRuntime":
+                problems = _check_custom(jobset_spec, obj["spec"]["template"]["spec"])
+                assert problems == [], f"{where}: its JobSet template: {problems}"
+        else:
+            for version in KUBERNETES_VERSIONS:
+                try:
+                    kubernetes_validate.validate(obj, version, strict=True)
+                except kubernetes_validate.ValidationError as exc:
+                    pytest.fail(
+                        f"{where} is not a valid Kubernetes {version} object: {exc.message} at {list(exc.path)}"
+                    )
+        _VALIDATED.add(fingerprint)
+
+
+def test_crds_are_the_projects_and_survive_uninstall(default: list[Obj]) -> None:
+    crds = h.find(default, "CustomResourceDefinition")
+    project = {}
+    for path in sorted((h.ROOT / "crds").glob("trainer.kubeflow.org_*.yaml")):
+        crd = yaml.load(path.read_text(), Loader=h._LOADER)
+        project[crd["metadata"]["name"]] = crd
+    assert sorted(c["metadata"]["name"] for c in crds) == sorted(project)
+    for crd in crds:
+        meta = crd["metadata"]
+        assert meta["annotations"]["helm.sh/resource-policy"] == "keep"
+        assert meta["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        want = project[meta["name"]]
+        # Equal as JSON: a number that became a float or a string on the way would show.
+        assert json.dumps(crd["spec"], sort_keys=True) == json.dumps(want["spec"], sort_keys=True)
+        # kubectl apply (client side) keeps the whole object in an annotation limited to 256 KiB.
+        assert len(json.dumps(crd, separators=(",", ":"))) < 256 * 1024
+    assert h.find(h.render({"crds": {"enabled": False}}), "CustomResourceDefinition") == []
+
+
+# --- secure by default --------------------------------------------------------------------------
+
+
+def test_operator_pod_is_secure_by_default(default: list[Obj]) -> None:
+    pod = h.one(default, "Deployment")["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    ctx = container["securityContext"]
+    assert ctx["readOnlyRootFilesystem"] is True
+    assert ctx["allowPrivilegeEscalation"] is False
+    assert ctx["privileged"] is False
+    assert ctx["runAsNonRoot"] is True
+    assert ctx["capabilities"] == {"drop": ["ALL"]}
+    assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+    for kind in ("requests", "limits"):
+        assert set(container["resources"][kind]) == {"cpu", "memory"}, kind
+    # The only writable paths are volumes: /tmp (bounded) and nothing else.
+    writable = [m["mountPath"] for m in container["volumeMounts"] if not m.get("readOnly")]
+    assert writable == ["/tmp"]
+    tmp = next(v for v in pod["volumes"] if v["name"] == "tmp")
+    assert tmp["emptyDir"]["sizeLimit"]
+    # The token is mounted where it is used, not by every pod of the ServiceAccount.
+    assert h.one(default, "ServiceAccount")["automountServiceAccountToken"] is False
+    assert pod["automountServiceAccountToken"] is True
+    assert not container["image"].endswith(":latest")
+
+
+def test_no_rbac_rule_has_a_wildcard(rendered: dict[str, list[Obj]]) -> None:
+    for objects in rendered.values():
+        for role in h.find(objects, "ClusterRole") + h.find(objects, "Role"):
+            for rule in role["rules"]:
+                for field in ("apiGroups", "resources", "verbs", "resourceNames"):
+                    assert not any("*" in v for v in rule.get(field) or []), (role["metadata"]["name"], rule)
+
+
+# --- names and wiring ---------------------------------------------------------------------------
+
+
+def test_names_are_upstreams(default: list[Obj]) -> None:
+    manager = "kubeflow-trainer-controller-manager"
+    for kind in ("Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"):
+        h.one(default, kind, manager)
+    h.one(default, "ValidatingWebhookConfiguration", "validator.trainer.kubeflow.org")
+    h.one(default, "MutatingWebhookConfiguration", "defaulter.trainer.kubeflow.org")
+    public = h.one(default, "ConfigMap", "kubeflow-trainer-public")
+    assert public["metadata"]["namespace"] == h.NAMESPACE
+    h.one(default, "Secret", "kubeflow-trainer-webhook-cert")
+    # Another release name still gives unique, bounded names.
+    other = h.render(release="trainer-canary")
+    h.one(other, "Deployment", "trainer-canary-kubeflow-trainer-controller-manager")
+
+
+def test_webhooks_are_the_operators_handlers(default: list[Obj]) -> None:
+    registry = Operator(config=Configuration()).registry()
+    handlers = {hd.id: hd.reason.value for hd in registry._webhooks.get_all_handlers()}
+    configured = {}
+    service = h.one(default, "Service")
+    for kind, reason in (
+        ("ValidatingWebhookConfiguration", "validating"),
+        ("MutatingWebhookConfiguration", "mutating"),
+    ):
+        for hook in h.one(default, kind)["webhooks"]:
+            ref = hook["clientConfig"]["service"]
+            assert (ref["name"], ref["namespace"], ref["port"]) == (
+                service["metadata"]["name"],
+                h.NAMESPACE,
+                443,
+            )
+            assert hook["name"] == ref["path"][1:] + ".trainer.kubeflow.org"
+            configured[ref["path"][1:]] = reason
+    assert configured == handlers
+    # The Service's webhook port reaches the container port the operator's configuration listens on.
+    deployment = h.one(default, "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    config = yaml.safe_load(h.one(default, "ConfigMap", "kubeflow-trainer-config")["data"]["config.yaml"])
+    assert ports["webhook"] == config["webhook"]["port"]
+    assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {
+        "webhook": "webhook",
+        "metrics": "metrics",
+    }
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_operator_configuration_is_what_the_operator_reads(rendered: dict[str, list[Obj]]) -> None:
+    for name, objects in rendered.items():
+        text = h.one(objects, "ConfigMap", "kubeflow-trainer-config")["data"]["config.yaml"]
+        config = Configuration.model_validate(yaml.safe_load(text))  # refuses unknown fields
+        pod = h.one(objects, "Deployment")["spec"]["template"]["spec"]
+        mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+        assert config.webhook.cert_dir == mounts["webhook-cert"], name
+        assert config.webhook.enabled and not config.webhook.manage_configuration
+        secret = next(v for v in pod["volumes"] if v["name"] == "webhook-cert")["secret"]["secretName"]
+        assert secret == "kubeflow-trainer-webhook-cert"
+        args = pod["containers"][0]["args"]
+        assert f"--config={mounts['config']}/config.yaml" in args
+    upstream = yaml.safe_load(
+        h.one(rendered["upstream-values"], "ConfigMap", "kubeflow-trainer-config")["data"]["config.yaml"]
+    )
+    parsed = Configuration.model_validate(upstream)
+    assert parsed.controller.trainjob_workers == 10  # upstream's groupKindConcurrency.trainJob
+    assert (parsed.client_connection.qps, parsed.client_connection.burst) == (0.5, 10)
+    operator = Configuration.model_validate(
+        yaml.safe_load(
+            h.one(rendered["operator-settings"], "ConfigMap", "kubeflow-trainer-config")["data"][
+                "config.yaml"
+            ]
+        )
+    )
+    assert operator.plugins.disabled == ["Volcano"] and operator.feature_gates == {"TrainJobStatus": True}
+    args = h.one(rendered["operator-settings"], "Deployment")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert "--log-format=plain" in args and "-vv" in args
+
+
+def test_config_change_restarts_the_operator() -> None:
+    def checksum(values: Obj) -> str:
+        deployment = h.one(h.render(values), "Deployment")
+        return str(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+    assert checksum({}) == checksum({})
+    assert checksum({}) != checksum({"manager": {"config": {"clientConnection": {"qps": 20}}}})
+
+
+def test_image_and_settings_from_values(rendered: dict[str, list[Obj]]) -> None:
+    image = h.one(h.render(), "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    chart = yaml.safe_load((h.CHART / "Chart.yaml").read_text())
+    assert image == f"trainer-operator:{chart['appVersion']}"
+    pod = h.one(rendered["operator-settings"], "Deployment")["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == "registry.example.com/trainer-operator:0.1.0-rc1"
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["priorityClassName"] == "system-cluster-critical"
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+    assert h.one(rendered["operator-settings"], "Deployment")["spec"]["replicas"] == 0
+    for obj in rendered["operator-settings"]:
+        assert obj["metadata"]["labels"]["team"] == "ml-platform", obj["kind"]
+    webhook = h.one(rendered["upstream-values"], "ValidatingWebhookConfiguration")["webhooks"][0]
+    assert webhook["failurePolicy"] == "Ignore"
+
+
+def test_appversion_is_the_projects_version() -> None:
+    import tomllib
+
+    project = tomllib.loads((h.ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert yaml.safe_load((h.CHART / "Chart.yaml").read_text())["appVersion"] == project
+
+
+def test_public_configmap_is_what_the_sandbox_installs(default: list[Obj]) -> None:
+    public = h.one(default, "ConfigMap", sandbox.PUBLIC_CONFIGMAP)
+    assert public["metadata"]["namespace"] == sandbox.SYSTEM_NAMESPACE
+    assert public["data"] == {
+        "kubeflow_trainer_version": sandbox.TRAINER_VERSION,
+        "kubeflow_trainer_api_version": sandbox.TRAINER_VERSION,
+    }
+    binding = h.one(default, "RoleBinding", sandbox.PUBLIC_CONFIGMAP)
+    assert binding["subjects"] == [
+        {"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:authenticated"}
+    ]
+    role = h.one(default, "Role", sandbox.PUBLIC_CONFIGMAP)
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": [sandbox.PUBLIC_CONFIGMAP],
+            "verbs": ["get"],
+        }
+    ]
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+def test_service_monitor_scrapes_the_metrics_port(rendered: dict[str, list[Obj]]) -> None:
+    assert h.find(rendered["defaults"], "ServiceMonitor") == []
+    objects = rendered["service-monitor"]
+    monitor = h.one(objects, "ServiceMonitor")
+    service = h.one(objects, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    endpoint = monitor["spec"]["endpoints"][0]
+    assert endpoint == {"port": "metrics", "scheme": "http", "path": "/metrics", "interval": "30s"}
+    assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+
+
+# --- runtimes -----------------------------------------------------------------------------------
+
+
+def test_default_runtimes_are_the_projects(default: list[Obj]) -> None:
+    project = {}
+    for path in sorted((h.ROOT / "runtimes").glob("*.yaml")):
+        runtime = yaml.safe_load(path.read_text())
+        project[runtime["metadata"]["name"]] = runtime
+    assert h.installed_runtimes(default) == sorted(project)
+    for runtime in h.find(default, "ClusterTrainingRuntime"):
+        name = runtime["metadata"]["name"]
+        assert runtime["spec"] == project[name]["spec"], name
+        labels = runtime["metadata"]["labels"]
+        assert labels["trainer.kubeflow.org/webhook-validation"] == "disabled"
+        assert project[name]["metadata"]["labels"].items() <= labels.items()
+
+
+@pytest.mark.parametrize("key", sorted(RUNTIME_KEYS))
+def test_each_runtime_can_be_turned_off(key: str) -> None:
+    objects = h.render(runtime_toggle(key, False))
+    name = RUNTIME_KEYS[key]
+    assert h.installed_runtimes(objects) == sorted(set(RUNTIME_KEYS.values()) - {name})
+    # Off, it is a post-upgrade hook deleted once applied: it removes the copy an earlier revision installed.
+    (cleanup,) = [o for o in h.find(objects, "ClusterTrainingRuntime", name)]
+    annotations = cleanup["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "post-upgrade"
+    assert annotations["helm.sh/hook-delete-policy"] == "before-hook-creation,hook-succeeded"
+
+
+def test_runtime_hooks_apply_in_place_and_clean_up_on_uninstall(default: list[Obj]) -> None:
+    for name in RUNTIME_KEYS.values():
+        phases = {
+            o["metadata"]["annotations"]["helm.sh/hook"]: o["metadata"]["annotations"][
+                "helm.sh/hook-delete-policy"
+            ]
+            for o in h.find(default, "ClusterTrainingRuntime", name)
+        }
+        assert phases == {
+            "post-install,post-upgrade": "hook-failed",  # applied in place: no moment without the runtime
+            "pre-delete": "before-hook-creation,hook-succeeded",  # takes its place on uninstall, then goes
+        }, name
+
+
+def test_runtimes_default_enabled_and_off(rendered: dict[str, list[Obj]]) -> None:
+    assert h.installed_runtimes(rendered["runtimes-off"]) == []
+    assert h.installed_runtimes(rendered["runtimes-default-enabled"]) == sorted(RUNTIME_KEYS.values())
+    # Unlike upstream's chart, every runtime is on by default: turning one on turns no other off.
+    assert h.installed_runtimes(rendered["upstream-values"]) == sorted(RUNTIME_KEYS.values())
+
+
+def test_runtime_images_can_be_replaced(rendered: dict[str, list[Obj]], default: list[Obj]) -> None:
+    def images(objects: list[Obj], name: str) -> set[str]:
+        runtime = next(
+            o for o in h.find(objects, "ClusterTrainingRuntime", name) if "post-install" in h.hook_phase(o)
+        )
+        found = set()
+        for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+            pod = rjob["template"]["spec"]["template"]["spec"]
+            found |= {c["image"] for c in pod.get("containers", []) + pod.get("initContainers", [])}
+        return found
+
+    changed = rendered["runtime-images"]
+    assert images(changed, "deepspeed-distributed") == {
+        "mirror.example.com/kubeflow/trainer/deepspeed-runtime:v2.1.0"
+    }
+    tuned = images(changed, "torchtune-llama3.2-1b")
+    assert "ghcr.io/kubeflow/trainer/torchtune-trainer:v2.1.0" in tuned
+    assert tuned - {"ghcr.io/kubeflow/trainer/torchtune-trainer:v2.1.0"} == images(
+        default, "torchtune-llama3.2-1b"
+    ) - {"ghcr.io/kubeflow/trainer/torchtune-trainer"}  # the initializers' images are not the trainer's
+    assert images(changed, "mlx-distributed") == images(default, "mlx-distributed")
+
+
+# --- certificates -------------------------------------------------------------------------------
+
+
+def _pem(data: str) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(base64.b64decode(data))
+
+
+def test_self_managed_certificate_serves_the_service(default: list[Obj]) -> None:
+    secret = h.one(default, "Secret", "kubeflow-trainer-webhook-cert")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca, cert = _pem(secret["data"]["ca.crt"]), _pem(secret["data"]["tls.crt"])
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
+    public_key = ca.public_key()
+    signature_hash = cert.signature_hash_algorithm
+    assert signature_hash is not None
+    if isinstance(public_key, rsa.RSAPublicKey):
+        public_key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(), signature_hash)
+    else:
+        assert isinstance(public_key, ec.EllipticCurvePublicKey)
+        public_key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(signature_hash))
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName
+    )
+    service = "kubeflow-trainer-controller-manager"
+    assert f"{service}.{h.NAMESPACE}.svc" in names
+    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
+    assert abs(lifetime - datetime.timedelta(days=3650)) < datetime.timedelta(days=2)
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for hook in h.one(default, kind)["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert h.find(default, "Certificate") == [] and h.find(default, "Issuer") == []
+
+
+def test_cert_manager_issues_the_certificate(rendered: dict[str, list[Obj]]) -> None:
+    objects = rendered["cert-manager"]
+    assert h.find(objects, "Secret") == []
+    serving = h.one(objects, "Certificate", "kubeflow-trainer-webhook")
+    assert serving["spec"]["secretName"] == "kubeflow-trainer-webhook-cert"
+    assert f"kubeflow-trainer-controller-manager.{h.NAMESPACE}.svc" in serving["spec"]["dnsNames"]
+    # Its own CA: self-signed Issuer -> CA Certificate -> CA Issuer -> serving Certificate.
+    ca_issuer = h.one(objects, "Issuer", serving["spec"]["issuerRef"]["name"])
+    ca_cert = h.one(objects, "Certificate", "kubeflow-trainer-webhook-ca")
+    assert ca_issuer["spec"]["ca"]["secretName"] == ca_cert["spec"]["secretName"] and ca_cert["spec"]["isCA"]
+    assert h.one(objects, "Issuer", ca_cert["spec"]["issuerRef"]["name"])["spec"] == {"selfSigned": {}}
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        config = h.one(objects, kind)
+        assert (
+            config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == f"{h.NAMESPACE}/kubeflow-trainer-webhook"
+        )
+        assert all("caBundle" not in hook["clientConfig"] for hook in config["webhooks"])
+    issued = rendered["cert-manager-issuer"]
+    assert h.find(issued, "Issuer") == []
+    assert h.one(issued, "Certificate")["spec"]["issuerRef"] == {
+        "group": "cert-manager.io",
+        "kind": "ClusterIssuer",
+        "name": "corp-ca",
+    }
