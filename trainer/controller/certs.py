@@ -49,3 +49,50 @@ def write_self_signed(directory: Path, hosts: list[str]) -> tuple[Path, Path]:
     )
     key_path.chmod(0o600)
     return cert_path, key_path
+
+
+class CertificateReloader:
+    """Keep a server's TLS context on the certificate files as they are now.
+
+    cert-manager renews the serving certificate in the mounted Secret; the kubelet swaps the files
+    in place. Loading the new pair into the same SSLContext makes new connections use it, with no
+    restart and no dropped webhook calls.
+    """
+
+    def __init__(self, certfile: str, keyfile: str) -> None:
+        import ssl
+
+        self.certfile = certfile
+        self.keyfile = keyfile
+        self.context = ssl.create_default_context(purpose=ssl.Purpose.CLIENT_AUTH)
+        self._stamp = self._read_stamp()
+
+    def _read_stamp(self) -> tuple[float, float]:
+        import os
+
+        try:
+            return (os.stat(self.certfile).st_mtime, os.stat(self.keyfile).st_mtime)
+        except OSError:
+            return (0.0, 0.0)
+
+    def reload_if_changed(self) -> bool:
+        import ssl
+
+        stamp = self._read_stamp()
+        if stamp == self._stamp or stamp == (0.0, 0.0):
+            return False
+        try:
+            self.context.load_cert_chain(self.certfile, self.keyfile)
+        except (OSError, ssl.SSLError):
+            return False  # half-written files: the next look will find them whole
+        self._stamp = stamp
+        return True
+
+    async def watch(self, interval: float = 30.0) -> None:
+        import asyncio
+        import logging
+
+        while True:
+            await asyncio.sleep(interval)
+            if self.reload_if_changed():
+                logging.getLogger("trainer.operator").info("reloaded the webhook serving certificate")

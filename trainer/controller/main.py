@@ -36,6 +36,37 @@ def configure_logging(fmt: str, verbosity: int) -> None:
     logging.getLogger("trainer").setLevel(logging.DEBUG if verbosity else logging.INFO)
     # kopf reports every handler call at INFO; ours are watch feeders, so that is noise.
     logging.getLogger("kopf").setLevel(logging.DEBUG if verbosity > 1 else logging.WARNING)
+    handler.addFilter(RefusalsAreNotErrors())
+
+
+class RefusalsAreNotErrors(logging.Filter):
+    """kopf logs a webhook that refuses an object as a handler failing permanently (ERROR); a
+    refusal is the webhook working. Such records go out at INFO, so the error log means errors.
+    (A webhook handler that crashes is logged with its traceback, and stays an ERROR.)"""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        refusal = message.startswith("Webhook ") and " failed permanently: " in message
+        if (
+            record.name.startswith("kopf")
+            and record.levelno >= logging.ERROR
+            and refusal
+            and not record.exc_info
+        ):
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+def liveness_endpoint(explicit: str | None, health_address: str) -> str | None:
+    """``--liveness`` when given, else the Configuration's health probe address (as upstream)."""
+    if explicit:
+        return explicit
+    if not health_address:
+        return None
+    from trainer.controller.config import split_address
+
+    host, port = split_address(health_address)
+    return f"http://{host}:{port}/healthz"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -56,7 +87,11 @@ def run(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        await operator.run(clusterwide=not args.namespace, liveness_endpoint=args.liveness, stop_flag=stop)
+        await operator.run(
+            clusterwide=not args.namespace,
+            liveness_endpoint=liveness_endpoint(args.liveness, config.health.health_probe_bind_address),
+            stop_flag=stop,
+        )
 
     try:
         asyncio.run(main())

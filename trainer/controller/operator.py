@@ -68,6 +68,7 @@ class Operator:
     connection: Any = None
     serve_metrics: bool = True
     kubeconfig: str | None = None
+    cert_reloader: Any = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -100,6 +101,8 @@ class Operator:
         if self.serve_metrics:
             host, port = split_address(self.config.metrics.bind_address)
             self.metrics.serve(host, port)
+        if self.cert_reloader is not None:
+            self.workers.append(asyncio.create_task(self.cert_reloader.watch(), name="certificate-reloader"))
         self.ready.set()
 
     async def cleanup(self) -> None:
@@ -250,15 +253,19 @@ class Operator:
             return self.connection or login(self.kubeconfig)
 
         # Handlers take **kwargs only: kopf passes many keyword arguments and these need one.
-        def _trainjob(**kwargs: Any) -> None:
+        # They are coroutines so that kopf calls them on the operator's event loop: kopf runs a
+        # plain function in a thread pool, and these change the cache and the work queue, which
+        # the workers use on the loop (an asyncio.Queue fed from another thread may not wake a
+        # waiting worker until some other I/O happens).
+        async def _trainjob(**kwargs: Any) -> None:
             self.on_trainjob(kwargs["event"])
 
         on.event(c.GROUP, c.VERSION, "trainjobs", registry=registry, id="trainjobs")(_trainjob)
 
-        def _training_runtime(**kwargs: Any) -> None:
+        async def _training_runtime(**kwargs: Any) -> None:
             self.on_runtime(kwargs["event"], TRAINING_RUNTIMES.plural)
 
-        def _cluster_runtime(**kwargs: Any) -> None:
+        async def _cluster_runtime(**kwargs: Any) -> None:
             self.on_runtime(kwargs["event"], CLUSTER_RUNTIMES.plural)
 
         on.event(c.GROUP, c.VERSION, TRAINING_RUNTIMES.plural, registry=registry, id="trainingruntimes")(
@@ -268,7 +275,7 @@ class Operator:
             c.GROUP, c.VERSION, CLUSTER_RUNTIMES.plural, registry=registry, id="clustertrainingruntimes"
         )(_cluster_runtime)
 
-        def _child(**kwargs: Any) -> None:
+        async def _child(**kwargs: Any) -> None:
             self.on_child(kwargs["event"])
 
         on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", registry=registry, id="jobsets")(_child)
@@ -311,14 +318,20 @@ class Operator:
         webhook = self.config.webhook
         if webhook.enabled:
             certfile = pkeyfile = None
+            context = None
             if webhook.cert_dir:
+                from trainer.controller.certs import CertificateReloader
+
                 certfile, pkeyfile = f"{webhook.cert_dir}/tls.crt", f"{webhook.cert_dir}/tls.key"
+                self.cert_reloader = CertificateReloader(certfile, pkeyfile)
+                context = self.cert_reloader.context
             settings.admission.server = kopf.WebhookServer(
                 addr=webhook.host,
                 port=webhook.port,
                 certfile=certfile,
                 pkeyfile=pkeyfile,
                 host=webhook.advertise_host,
+                context=context,
             )
             if webhook.manage_configuration:
                 settings.admission.managed = "trainer.kubeflow.org"
