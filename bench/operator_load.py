@@ -31,10 +31,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
-import os
 import re
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,11 +46,10 @@ from benchlib import Report, Target, machine, percentile
 
 from trainer.testing.apiserver import LocalAPIServer
 from trainer.testing.apiserver.audit import AuditRecord
-from trainer.testing.apiserver.server import free_port
+from trainer.testing.operator_process import OPERATOR_USER, OperatorProcess
 from trainer.testing.sandbox import prepare
 
 Obj = dict[str, Any]
-OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
 SUBMITTER = "bench-user"
 TJ = "trainer.kubeflow.org/v1alpha1"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
@@ -129,65 +125,31 @@ class Cluster:
     """A local API server here, the operator as ``trainer run`` in a child process."""
 
     def __init__(self, tmp: Path, *, qps: float, burst: int, workers: int) -> None:
-        tmp.mkdir(parents=True, exist_ok=True)
-        self.tmp = tmp
-        self.settings = f"client QPS {qps:g}, burst {burst}, {workers} reconcile workers"
         self.server = LocalAPIServer().start()
         prepare(self.server)
-        self.server.add_user(OPERATOR_USER, ["system:serviceaccounts"])
         self.server.add_user(SUBMITTER)
-        kubeconfig = self.server.write_kubeconfig(tmp / "operator.kubeconfig", user=OPERATOR_USER)
-        self.metrics_port = free_port()
-        config = tmp / "config.yaml"
-        config.write_text(
-            "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n"
-            f"clientConnection: {{qps: {qps}, burst: {burst}}}\n"
-            f"controller: {{groupKindConcurrency: {{TrainJob.trainer.kubeflow.org: {workers}}}}}\n"
-            "webhook: {enabled: false}\n"
-            f"metrics: {{bindAddress: '127.0.0.1:{self.metrics_port}'}}\n"
-        )
-        self.log = (tmp / "operator.log").open("wb")
-        self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("trainer")), "run", "--config", str(config)],
-            env={**os.environ, "KUBECONFIG": str(kubeconfig)},
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-        )
+        self.operator = OperatorProcess(self.server, tmp, qps=qps, burst=burst, workers=workers)
+        self.settings = self.operator.settings
+        self.metrics_port = self.operator.metrics_port
+        try:
+            self.operator.start()
+        except RuntimeError as exc:
+            self.server.stop()
+            raise SystemExit(str(exc)) from exc
         self.tracker = Tracker(self.server)
-        deadline = time.monotonic() + 60
-        while not self.server.audit.count(user=OPERATOR_USER, verb="watch", resource="trainjobs"):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the operator did not start:\n{self.log_tail()}")
-            time.sleep(0.05)
         self.wait_quiet(1.0)
 
-    def log_tail(self) -> str:
-        self.log.flush()
-        return (self.tmp / "operator.log").read_text(errors="replace")[-3000:]
-
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+        self.operator.stop()
         self.server.stop()
 
     # --- the operator process ---
 
     def status(self, field_name: str) -> int:
-        """A field of /proc/<pid>/status in kB (VmRSS, VmHWM)."""
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-        return 0
+        return self.operator.proc_status(field_name)
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return self.operator.cpu_seconds()
 
     def reconciles(self) -> float:
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read()

@@ -76,7 +76,10 @@ def default_trainjob(trainjob: Obj) -> None:
     """
     from trainer.api.quantity import canonical_quantity
 
-    resources = ((trainjob.get("spec") or {}).get("trainer") or {}).get("resourcesPerNode")
+    # Mutating webhooks run before the schema is checked: any field may still have any type.
+    spec = trainjob.get("spec")
+    trainer = spec.get("trainer") if isinstance(spec, dict) else None
+    resources = trainer.get("resourcesPerNode") if isinstance(trainer, dict) else None
     if not isinstance(resources, dict):
         return
     for key in ("limits", "requests"):

@@ -75,6 +75,7 @@ class Ctx:
     warnings: list[str] = field(default_factory=list)
     mutated: bool = False
     status: int = 200
+    record: AuditRecord | None = None  # this request's audit record, once the request is running
 
 
 class Core:
@@ -112,6 +113,7 @@ class Core:
             user_agent=ctx.user_agent,
         )
         self.audit.add(record)
+        ctx.record = record
         try:
             await self._faults_before(ctx, resource, record)
             result = await op()

@@ -322,6 +322,8 @@ class Handlers:
             if self.core.faults.rules
             else None
         )
+        if ctx.record is not None and (drop or expire):
+            ctx.record.fault = ",".join(rule.kind for rule in (drop, expire) if rule is not None)
 
         def visible(obj: Obj) -> bool:
             meta = obj["metadata"]

@@ -1,0 +1,346 @@
+"""Chaos: TrainJob lifecycles while the operator is SIGKILLed at random and the API server injects faults.
+
+The operator runs as its own process (``trainer run``) so a kill is a real one: requests cut
+mid-flight, nothing flushed. The local API server fails about one request in ten of the
+operator's (latency, 429, 500 before and after the write, 409 on stale writes, dropped and
+expired watches). Everything is seeded: the faults, the kill instants, which TrainJobs fail or
+are deleted; thread timing is not, so a failure prints its seed and the operator's log.
+
+What must hold (read from the server's own event stream, ordered by resourceVersion, so no
+timing can hide a violation):
+
+- every TrainJob converges to the state its inputs call for (Complete, Failed, Suspended, gone);
+- no child is created after its TrainJob finished (DECISIONS §4);
+- no MPI SSH Secret is created twice or changed (a re-key would break a running job);
+- every child is owned by its TrainJob when created, and nothing is left once TrainJobs are
+  deleted (no orphans);
+- no status is lost: a TrainJob's conditions never lose a type (ReconcileFailed excepted: it is
+  removed by design), and a terminal condition, once True, stays True.
+
+The CI form runs 200 lifecycles with a handful of kills; ``pytest --chaos-long`` runs 600 with
+many more kills and a longer run per TrainJob.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trainer.testing.apiserver import LocalAPIServer
+from trainer.testing.apiserver.storage import Event
+from trainer.testing.operator_process import OPERATOR_USER, OperatorProcess
+from trainer.testing.sandbox import prepare
+
+Obj = dict[str, Any]
+TJ = "trainer.kubeflow.org/v1alpha1"
+SUBMITTER = "chaos-user"
+TRAINJOBS = ("trainer.kubeflow.org", "trainjobs")
+CHILD_KEYS = {
+    ("jobset.x-k8s.io", "jobsets"),
+    ("", "configmaps"),
+    ("", "secrets"),
+    ("scheduling.x-k8s.io", "podgroups"),
+}
+TERMINAL = ("Complete", "Failed")
+FAULT_KINDS = ("latency", "429", "500", "500-after", "409", "drop-watch", "expire-watch")
+
+
+@dataclass(frozen=True)
+class Form:
+    trainjobs: int
+    kills: int
+    run_seconds: int
+    converge_timeout: float
+
+
+SHORT = Form(trainjobs=200, kills=5, run_seconds=1, converge_timeout=240)
+LONG = Form(trainjobs=600, kills=30, run_seconds=3, converge_timeout=900)
+
+# What each TrainJob is asked to do, and the state it must end in.
+SCENARIOS = ("complete", "complete", "fail", "mpi", "gang", "suspended", "deleted")
+
+
+def plan(form: Form, seed: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    return [(f"chaos-{i:04d}", rng.choice(SCENARIOS)) for i in range(form.trainjobs)]
+
+
+def trainjob(name: str, scenario: str, run_seconds: int) -> Obj:
+    env = [{"name": "SANDBOX_RUN_SECONDS", "value": str(run_seconds)}]
+    runtime, spec = "torch-distributed", {}
+    if scenario == "fail":
+        env.append({"name": "SANDBOX_EXIT_CODE", "value": "3"})
+    elif scenario == "mpi":
+        runtime = "deepspeed-distributed"
+    elif scenario == "gang":
+        runtime = "chaos-gang"
+    elif scenario == "suspended":
+        spec["suspend"] = True
+    elif scenario == "deleted":
+        env = [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]
+    return {
+        "apiVersion": TJ,
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "runtimeRef": {"name": runtime},
+            "trainer": {"numNodes": 2 if scenario in ("mpi", "gang") else 1, "env": env},
+            **spec,
+        },
+    }
+
+
+def gang_runtime(server: LocalAPIServer) -> Obj:
+    base = server.get(TJ, "ClusterTrainingRuntime", "torch-distributed", namespace="")
+    spec = copy.deepcopy(base["spec"])
+    spec["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 60}}
+    return {
+        "apiVersion": TJ,
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "chaos-gang"},
+        "spec": spec,
+    }
+
+
+@dataclass
+class History:
+    """The server's event stream for TrainJobs and their children, as it happened (by resourceVersion)."""
+
+    trainjobs: dict[str, list[Event]] = field(default_factory=lambda: defaultdict(list))
+    children: list[Event] = field(default_factory=list)
+
+    def listen(self, event: Event) -> None:  # runs on the server's loop, inside the write
+        if event.key == TRAINJOBS:
+            self.trainjobs[event.obj["metadata"]["name"]].append(event)
+        elif event.key in CHILD_KEYS and _owner_uid(event.obj) is not None:
+            self.children.append(event)
+        elif event.key in CHILD_KEYS and event.type == "ADDED" and _looks_like_child(event.obj):
+            self.children.append(event)  # a child without an owner: reported by the checks
+
+
+def _owner_uid(obj: Obj) -> str | None:
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("kind") == "TrainJob" and ref.get("controller"):
+            return str(ref["uid"])
+    return None
+
+
+def _looks_like_child(obj: Obj) -> bool:
+    return "trainer.kubeflow.org/trainjob-name" in (obj["metadata"].get("labels") or {})
+
+
+def _conditions(obj: Obj) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+@pytest.fixture
+def chaos_form(request: pytest.FixtureRequest) -> Form:
+    return LONG if request.config.getoption("--chaos-long") else SHORT
+
+
+@pytest.fixture
+def chaos_server() -> Iterator[LocalAPIServer]:
+    server = LocalAPIServer(seed=7, bookmark_interval=0.5).start()
+    try:
+        prepare(server)
+        server.add_user(SUBMITTER)
+        server.create(gang_runtime(server))
+        yield server
+    finally:
+        server.stop()
+
+
+def inject_faults(server: LocalAPIServer) -> None:
+    """About one request in ten of the operator's fails; watches are dropped and expired too."""
+    users = [OPERATOR_USER]
+    server.faults.add("latency", rate=0.03, users=users, latency=0.15)
+    server.faults.add("429", rate=0.025, users=users, retry_after=1)
+    server.faults.add("500", rate=0.025, users=users)
+    server.faults.add("500-after", rate=0.03, users=users)
+    server.faults.add("409", rate=0.05, users=users)
+    server.faults.add("drop-watch", rate=0.3, users=users, after=2.0)
+    server.faults.add("expire-watch", rate=0.1, users=users)
+
+
+def test_lifecycles_converge_through_kills_and_faults(
+    chaos_server: LocalAPIServer, chaos_form: Form, tmp_path: Path
+) -> None:
+    seed = 20261123
+    server, form = chaos_server, chaos_form
+    rng = random.Random(seed)
+    history = History()
+    server.core.store.listeners.append(history.listen)
+    operator = OperatorProcess(server, tmp_path / "operator", qps=200, burst=400, workers=8)
+    inject_faults(server)
+    jobs = plan(form, seed)
+    expected = dict(jobs)
+
+    operator.start()
+    kills: list[float] = []
+
+    def killer() -> None:
+        # Kills spread over the busy part of the run: while TrainJobs arrive and run.
+        span = form.trainjobs / 40 + form.run_seconds * 4 + 5
+        instants = sorted(rng.uniform(0.5, span) for _ in range(form.kills))
+        start = time.monotonic()
+        for instant in instants:
+            time.sleep(max(0.0, start + instant - time.monotonic()))
+            operator.kill()
+            kills.append(time.monotonic() - start)
+            time.sleep(rng.uniform(0.0, 0.5))
+            operator.start()
+
+    chaos = threading.Thread(target=killer, name="chaos-killer")
+    chaos.start()
+    try:
+        for i, (name, scenario) in enumerate(jobs):
+            server.create(trainjob(name, scenario, form.run_seconds), user=SUBMITTER)
+            if i % 40 == 39:
+                time.sleep(1.0)  # arrivals at about 40 per second
+        deleted = [name for name, scenario in jobs if scenario == "deleted"]
+        _wait(
+            lambda: all(server.core.store.get(("jobset.x-k8s.io", "jobsets"), "default", n) for n in deleted),
+            form.converge_timeout,
+            "every to-be-deleted TrainJob's JobSet",
+            operator,
+        )
+        for name in deleted:
+            server.delete(TJ, "TrainJob", name, user=SUBMITTER)
+    finally:
+        chaos.join()
+    assert len(kills) == form.kills and operator.starts == form.kills + 1
+
+    def converged() -> list[str]:
+        return [name for name, scenario in jobs if not _in_expected_state(server, name, scenario)]
+
+    _wait(lambda: not converged(), form.converge_timeout, "convergence", operator, pending=converged)
+
+    fired = Counter(
+        kind
+        for r in server.audit.records
+        if r.user == OPERATOR_USER and r.fault
+        for kind in r.fault.split(",")
+    )
+    operator_requests = sum(1 for r in server.audit.records if r.user == OPERATOR_USER)
+    assert set(fired) == set(FAULT_KINDS), f"faults that never fired: {set(FAULT_KINDS) - set(fired)}"
+
+    _check_history(history, expected)
+
+    # Deleting every TrainJob leaves nothing behind: the children were all owned.
+    for name, scenario in jobs:
+        if scenario != "deleted":
+            server.delete(TJ, "TrainJob", name, user=SUBMITTER)
+    _wait(
+        lambda: not _leftovers(server), 60, "garbage collection", operator, pending=lambda: _leftovers(server)
+    )
+    operator.stop()
+    print(
+        f"chaos: {form.trainjobs} TrainJobs, {len(kills)} kills at {[round(k, 1) for k in kills]} s, "
+        f"{operator_requests} operator requests, faults {dict(fired)}"
+    )
+
+
+def _in_expected_state(server: LocalAPIServer, name: str, scenario: str) -> bool:
+    obj = server.core.store.get(TRAINJOBS, "default", name)
+    if scenario == "deleted":
+        return obj is None
+    if obj is None:
+        return False
+    conditions = _conditions(obj)
+    if scenario == "suspended":
+        jobset = server.core.store.get(("jobset.x-k8s.io", "jobsets"), "default", name)
+        return (
+            conditions == {"Suspended": "True"} and jobset is not None and jobset["spec"]["suspend"] is True
+        )
+    want = "Failed" if scenario == "fail" else "Complete"
+    other = "Complete" if want == "Failed" else "Failed"
+    return (
+        conditions.get(want) == "True"
+        and conditions.get(other) != "True"
+        and "ReconcileFailed" not in conditions
+    )
+
+
+def _check_history(history: History, expected: dict[str, str]) -> None:
+    problems: list[str] = []
+    uid_of: dict[str, str] = {}
+    finished_at: dict[str, int] = {}  # TrainJob uid -> rv of its first terminal status
+    for name, events in history.trainjobs.items():
+        seen: set[str] = set()
+        terminal: set[str] = set()
+        for event in events:
+            if event.type == "DELETED":
+                break
+            uid_of[name] = event.obj["metadata"]["uid"]
+            conditions = _conditions(event.obj)
+            lost = seen - set(conditions) - {"ReconcileFailed"}
+            if lost:
+                problems.append(f"TrainJob {name}: conditions {sorted(lost)} lost at rv {event.rv}")
+            gone = {t for t in terminal if conditions.get(t) != "True"}
+            if gone:
+                problems.append(f"TrainJob {name}: terminal {sorted(gone)} no longer True at rv {event.rv}")
+            seen |= set(conditions)
+            now_terminal = {t for t in TERMINAL if conditions.get(t) == "True"}
+            if now_terminal and not terminal:
+                finished_at[uid_of[name]] = event.rv
+            terminal |= now_terminal
+    name_of = {uid: name for name, uid in uid_of.items()}
+
+    ssh_secrets: Counter[str] = Counter()
+    for event in history.children:
+        meta = event.obj["metadata"]
+        what = f"{event.key[1]} {meta['name']}"
+        owner = _owner_uid(event.obj)
+        if owner is None:
+            problems.append(f"{what} created without a controlling TrainJob ownerReference")
+            continue
+        if event.type == "ADDED" and owner in finished_at and event.rv > finished_at[owner]:
+            problems.append(
+                f"{what} created at rv {event.rv}, after TrainJob {name_of.get(owner)} finished at rv {finished_at[owner]}"
+            )
+        if event.key == ("", "secrets") and meta["name"].endswith("-mpi-ssh-auth"):
+            if event.type == "ADDED":
+                ssh_secrets[meta["name"]] += 1
+            elif (
+                event.type == "MODIFIED"
+                and event.old is not None
+                and event.old.get("data") != event.obj.get("data")
+            ):
+                problems.append(f"{what}: key material changed at rv {event.rv}")
+    problems += [f"secrets {name}: created {n} times (re-keyed)" for name, n in ssh_secrets.items() if n > 1]
+    mpi_jobs = [name for name, scenario in expected.items() if scenario == "mpi"]
+    problems += [
+        f"TrainJob {n}: no SSH Secret was ever created"
+        for n in mpi_jobs
+        if not ssh_secrets[f"{n}-mpi-ssh-auth"]
+    ]
+    assert not problems, "\n".join(problems[:40])
+
+
+def _leftovers(server: LocalAPIServer) -> list[str]:
+    left = [f"trainjobs {o['metadata']['name']}" for o in server.core.store.iter(TRAINJOBS)]
+    for key in CHILD_KEYS:
+        for obj in server.core.store.iter(key):
+            if _owner_uid(obj) is not None or _looks_like_child(obj):
+                left.append(f"{key[1]} {obj['metadata']['name']}")
+    return left
+
+
+def _wait(check: Any, timeout: float, what: str, operator: OperatorProcess, pending: Any = None) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            detail = f"; still pending: {pending()[:20]}" if pending else ""
+            raise AssertionError(
+                f"timed out waiting for {what}{detail}\noperator log:\n{operator.log_tail()}"
+            )
+        time.sleep(0.2)
