@@ -14,7 +14,7 @@ from trainer.api import constants as c
 from trainer.api.quantity import resource_list_canonical
 from trainer.api.runtime import TrainingRuntimeSpec
 from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Facts, Info, PodSet, ValidationContext
+from trainer.runtime.info import Endpoints, Facts, Info, PodSet, ValidationContext
 from trainer.runtime.podspec import find, upsert_env
 from trainer.runtime.snapshot import snapshot_configmap
 
@@ -68,13 +68,12 @@ class JobSetPlugin:
 
     @hookimpl
     def trainer_pre_build_sync(self, info: Info) -> None:
-        name = info.name  # read once: a 10,000-node MPI job makes 10,000 endpoints
+        name = info.name
         subdomain = (info.jobset_spec.get("network") or {}).get("subdomain") or name
         for pod_set in info.pod_sets:
-            prefix = f"{name}-{pod_set.name}"
-            pod_set.endpoints = [
-                f"{prefix}-{r}-{p}.{subdomain}" for r in range(pod_set.replicas) for p in range(pod_set.count)
-            ]
+            pod_set.endpoints = Endpoints(
+                f"{name}-{pod_set.name}", subdomain, pod_set.replicas, pod_set.count
+            )
             job_spec = pod_set.replicated_job.setdefault("template", {}).setdefault("spec", {})
             job_spec["parallelism"] = pod_set.count
             job_spec["completions"] = pod_set.count

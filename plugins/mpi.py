@@ -277,8 +277,7 @@ def hostfile(info: Info, mpi: MPIPolicy) -> str:
 
 
 def hostfile_configmap(info: Info, mpi: MPIPolicy) -> Obj:
-    text = hostfile(info, mpi)
-    size = len(HOSTFILE_KEY) + len(text.encode())
+    size = hostfile_size(info, mpi)  # before building it: a hostfile of 2^31 lines is never made
     if size > CONFIGMAP_LIMIT:
         # Admission refuses this; a TrainJob that got past it (admitted by an older operator)
         # fails here with the same explanation instead of an API server refusal.
@@ -286,6 +285,7 @@ def hostfile_configmap(info: Info, mpi: MPIPolicy) -> Obj:
             f"the MPI hostfile ConfigMap would be {size} bytes, over the {CONFIGMAP_LIMIT}-byte limit of a "
             "ConfigMap: lower spec.trainer.numNodes"
         )
+    text = hostfile(info, mpi)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",

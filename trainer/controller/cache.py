@@ -32,8 +32,15 @@ class Cache(Facts):
         self.trainjobs: dict[TrainJobKey, Obj] = {}
 
     def observe(self, obj: Obj) -> None:
-        """Store what a watch or a write returned, never going back to an older version."""
+        """Store what a watch or a write returned, never going back to an older version.
+
+        ``managedFields`` are dropped (as controller-runtime's cache transform does): the
+        operator never reads them, and on a cluster they are often the larger part of an object.
+        """
         meta = obj.get("metadata") or {}
+        if "managedFields" in meta:
+            meta = {k: v for k, v in meta.items() if k != "managedFields"}
+            obj = {**obj, "metadata": meta}
         current = self.get(obj["kind"], meta.get("namespace"), meta["name"], group=self.group_of(obj))
         if current is not None and _rv(current) > _rv(obj) > 0:
             return

@@ -99,20 +99,12 @@ class ApiClient:
     @classmethod
     def from_connection_info(cls, info: Any, **kwargs: Any) -> ApiClient:
         """Build from kopf's ConnectionInfo: the same server and credentials kopf watches with."""
-        headers: dict[str, str] = {}
-        if info.token:
-            headers["Authorization"] = f"{info.scheme or 'Bearer'} {info.token}"
+        # kopf builds both exactly as its own watches do: tokens or basic auth, CA and client
+        # certificates from files or inline (base64 or PEM) data, insecure-skip-tls-verify.
+        headers: dict[str, str] = dict(info.as_http_headers())
         context: ssl.SSLContext | bool | None = None
         if info.server.startswith("https"):
-            if info.insecure:
-                context = False
-            else:
-                context = ssl.create_default_context(
-                    cafile=str(info.ca_path) if info.ca_path else None,
-                    cadata=info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data,
-                )
-            if info.certificate_path and info.private_key_path and isinstance(context, ssl.SSLContext):
-                context.load_cert_chain(str(info.certificate_path), str(info.private_key_path))
+            context = False if info.insecure else info.as_ssl_context()
         return cls(info.server, headers=headers, ssl_context=context, **kwargs)
 
     async def session(self) -> aiohttp.ClientSession:

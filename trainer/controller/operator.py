@@ -359,35 +359,18 @@ class Operator:
 
 
 def login(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
-    """Credentials for one cluster: the given kubeconfig, else in-cluster, else KUBECONFIG.
+    """Credentials for one cluster (see :mod:`trainer.controller.credentials`).
 
-    The same resolution kopf's own client login does, with an explicit file allowed, so an
-    operator embedded in a test or the demo never depends on the process environment.
+    An explicit kubeconfig is allowed, so an operator embedded in a test or the demo never
+    depends on the process environment.
     """
-    import kubernetes
+    from trainer.controller.credentials import CredentialsError
+    from trainer.controller.credentials import login as resolve
 
-    cfg = kubernetes.client.Configuration()
     try:
-        if kubeconfig:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
-        else:
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=cfg)
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=cfg)
-    except (kubernetes.config.ConfigException, OSError) as exc:
+        return resolve(kubeconfig)
+    except CredentialsError as exc:
         raise StartupError(f"no Kubernetes credentials: {exc}") from exc
-    header = cfg.get_api_key_with_prefix("authorization") or cfg.get_api_key_with_prefix("BearerToken") or ""
-    scheme, _, token = header.partition(" ")
-    return kopf.ConnectionInfo(
-        server=cfg.host,
-        ca_path=cfg.ssl_ca_cert,
-        insecure=not cfg.verify_ssl,
-        scheme=scheme or None,
-        token=token or None,
-        certificate_path=cfg.cert_file,
-        private_key_path=cfg.key_file,
-    )
 
 
 def _plain(body: Any) -> Obj:

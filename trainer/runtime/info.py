@@ -8,7 +8,7 @@ changes the template itself, so the JobSet builder has nothing to copy back.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,6 +74,33 @@ class Facts:
         return (o for (k, _, _), found in self._objects.items() if k == kind for o in found.values())
 
 
+@dataclass(frozen=True)
+class Endpoints(Sequence[str]):
+    """The pods' stable hostnames, ``<prefix>-<replica>-<pod>.<subdomain>``, made when read.
+
+    A TrainJob may ask for any int32 count of nodes; only the MPI hostfile (refused at
+    admission when too large) ever needs every name, so none are stored.
+    """
+
+    prefix: str = ""
+    subdomain: str = ""
+    replicas: int = 0
+    pods: int = 0  # per replica (``count`` is Sequence's method)
+
+    def __len__(self) -> int:
+        return self.replicas * self.pods
+
+    def __getitem__(self, index: int) -> str:  # type: ignore[override]  # no slices: nothing needs them
+        if not -len(self) <= index < len(self):
+            raise IndexError(index)
+        replica, pod = divmod(index % len(self), self.pods)
+        return f"{self.prefix}-{replica}-{pod}.{self.subdomain}"
+
+    def __iter__(self) -> Iterator[str]:
+        prefix, subdomain = self.prefix, self.subdomain
+        return (f"{prefix}-{r}-{p}.{subdomain}" for r in range(self.replicas) for p in range(self.pods))
+
+
 @dataclass
 class PodSet:
     """One replicated job as plugins see it; ``template`` is the job's pod spec dict itself."""
@@ -82,7 +109,7 @@ class PodSet:
     ancestor: str | None
     count: int
     replicated_job: Obj
-    endpoints: list[str] = field(default_factory=list)
+    endpoints: Sequence[str] = ()
 
     @property
     def pod_spec(self) -> Obj:
