@@ -10,6 +10,8 @@ a log line.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 import json
 import ssl
 import time
@@ -52,28 +54,74 @@ class ResourceType:
         return base
 
 
+# Priorities of the client budget: what unblocks a user's job goes first.
+CHILDREN = 0  # reads, and writes of a TrainJob's children (JobSet, ConfigMaps, Secrets, PodGroups)
+STATUS = 1  # TrainJob status: level-triggered, so a write put off is recomputed, never lost
+
+
+class Throttled(Exception):
+    """The budget has no token for a request that asked not to wait (see ``ApiClient.request``)."""
+
+
 class RateLimiter:
-    """A token bucket: ``qps`` tokens a second, at most ``burst`` at once (client-go's default)."""
+    """A token bucket (``qps`` a second, at most ``burst`` at once: client-go's default) with priorities.
+
+    Waiters are served lowest priority number first, then in arrival order; one timer wakes the
+    next waiter when a token is due, so a thousand waiters cost no polling.
+    """
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps = qps
         self.burst = max(1, burst)
         self.tokens = float(self.burst)
         self.updated = time.monotonic()
-        self._lock = asyncio.Lock()
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._timer: asyncio.TimerHandle | None = None
 
-    async def acquire(self) -> None:
+    def _refill(self) -> None:
+        now = time.monotonic()
+        self.tokens = min(float(self.burst), self.tokens + (now - self.updated) * self.qps)
+        self.updated = now
+
+    def try_acquire(self, priority: int = CHILDREN) -> bool:
+        """Take a token if one is free and nobody more urgent (or as urgent and earlier) waits."""
         if self.qps <= 0:
+            return True
+        self._refill()
+        self._drop_cancelled()
+        if self.tokens >= 1 and (not self._waiters or self._waiters[0][0] > priority):
+            self.tokens -= 1
+            return True
+        return False
+
+    async def acquire(self, priority: int = CHILDREN) -> None:
+        if self.try_acquire(priority):
             return
-        async with self._lock:
-            while True:
-                now = time.monotonic()
-                self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.qps)
-                self.updated = now
-                if self.tokens >= 1:
-                    self.tokens -= 1
-                    return
-                await asyncio.sleep((1 - self.tokens) / self.qps)
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (priority, next(self._seq), future))
+        self._schedule()
+        await future
+
+    def _drop_cancelled(self) -> None:
+        while self._waiters and self._waiters[0][2].done():
+            heapq.heappop(self._waiters)
+
+    def _schedule(self) -> None:
+        if self._timer is None and self._waiters:
+            delay = max(0.0, (1 - self.tokens) / self.qps)
+            self._timer = asyncio.get_running_loop().call_later(delay, self._release)
+
+    def _release(self) -> None:
+        self._timer = None
+        self._refill()
+        while self._waiters and self.tokens >= 1:
+            _, _, future = heapq.heappop(self._waiters)
+            if not future.done():  # a cancelled waiter takes no token
+                self.tokens -= 1
+                future.set_result(None)
+        self._drop_cancelled()
+        self._schedule()
 
 
 class ApiClient:
@@ -124,12 +172,18 @@ class ApiClient:
         *,
         content_type: str = "application/json",
         params: dict[str, str] | None = None,
+        priority: int = CHILDREN,
+        wait: bool = True,
     ) -> Obj:
+        """One request within the budget; ``wait=False`` raises Throttled rather than queue for it."""
         data = json.dumps(body).encode() if body is not None else None
         session = await self.session()
         delay = 0.2
+        if not wait and not self.limiter.try_acquire(priority):
+            raise Throttled(f"{method} {path}: the client budget is spent")
         for attempt in range(self.retries + 1):
-            await self.limiter.acquire()
+            if attempt or wait:
+                await self.limiter.acquire(priority)
             self.requests += 1
             try:
                 async with session.request(
@@ -147,8 +201,8 @@ class ApiClient:
                         return payload
                     retry_after = response.headers.get("Retry-After")
                     if (response.status == 429 or response.status >= 500) and attempt < self.retries:
-                        wait = float(retry_after) if retry_after and retry_after.isdigit() else delay
-                        await asyncio.sleep(min(wait, 10.0))
+                        pause = float(retry_after) if retry_after and retry_after.isdigit() else delay
+                        await asyncio.sleep(min(pause, 10.0))
                         delay = min(delay * 2, 5.0)
                         continue
                     status = (
@@ -174,9 +228,17 @@ class ApiClient:
         name: str,
         patch: Obj,
         subresource: str | None = None,
+        *,
+        priority: int = CHILDREN,
+        wait: bool = True,
     ) -> Obj:
         return await self.request(
-            "PATCH", rtype.path(namespace, name, subresource), patch, content_type=MERGE_PATCH
+            "PATCH",
+            rtype.path(namespace, name, subresource),
+            patch,
+            content_type=MERGE_PATCH,
+            priority=priority,
+            wait=wait,
         )
 
     async def delete(

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import re
 import socket
 from datetime import UTC, datetime
 from typing import Any
 
-from trainer.controller.client import ApiClient, ResourceType
+import aiohttp
+
+from trainer.controller.client import ApiClient, ApiError, ResourceType
 
 Obj = dict[str, Any]
+logger = logging.getLogger("trainer.controller")
 
 EVENTS = ResourceType("", "v1", "events")
 MAX_MESSAGE = 1024
@@ -61,6 +67,49 @@ def event_for(trainjob: Obj, type_: str, reason: str, message: str, now: datetim
     }
 
 
-async def post(client: ApiClient, trainjob: Obj, type_: str, reason: str, message: str) -> None:
-    event = event_for(trainjob, type_, reason, message)
-    await client.create(EVENTS, event["metadata"]["namespace"], event)
+class Recorder:
+    """Posts Events in the background, on a client budget of its own, as client-go's recorder does.
+
+    A reconcile never waits for an Event, and Events never spend the budget that creates JobSets.
+    An Event that cannot be posted is logged and dropped: it is a notice, not state (status is).
+    """
+
+    def __init__(self, client: ApiClient, capacity: int = 1000) -> None:
+        self.client = client
+        self.queue: asyncio.Queue[Obj] = asyncio.Queue(capacity)
+        self.dropped = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="event-recorder")
+
+    def record(self, trainjob: Obj, type_: str, reason: str, message: str) -> None:
+        try:
+            self.queue.put_nowait(event_for(trainjob, type_, reason, message))
+        except asyncio.QueueFull:
+            self.dropped += 1
+            logger.info("event queue full: dropped %s for TrainJob %s", reason, trainjob["metadata"]["name"])
+
+    async def _run(self) -> None:
+        while True:
+            event = await self.queue.get()
+            try:
+                await self.client.create(EVENTS, event["metadata"]["namespace"], event)
+            except ApiError as exc:
+                logger.info("could not post event %s: %s", event["reason"], exc)
+            except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+                logger.info("could not post event %s: %s", event["reason"], type(exc).__name__)
+            finally:
+                self.queue.task_done()
+
+    async def stop(self, flush: float = 2.0) -> None:
+        """Post what is queued (for at most ``flush`` seconds), then stop."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.queue.join(), flush)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+        await self.client.close()

@@ -21,6 +21,7 @@ import kopf
 
 from trainer.admission.errors import AdmissionError
 from trainer.api import constants as c
+from trainer.controller import events
 from trainer.controller.cache import Cache, owner_trainjob
 from trainer.controller.client import ApiClient, ApiError, ResourceType
 from trainer.controller.config import Configuration, split_address
@@ -63,6 +64,7 @@ class Operator:
     metrics: Metrics = field(default_factory=Metrics)
     client: ApiClient | None = None
     reconciler: Reconciler | None = None
+    recorder: events.Recorder | None = None
     workers: list[asyncio.Task[None]] = field(default_factory=list)
     framework: fw.Framework = field(init=False)
     connection: Any = None
@@ -88,12 +90,14 @@ class Operator:
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
         self.connection = login(self.kubeconfig)
-        self.client = ApiClient.from_connection_info(
-            self.connection, qps=self.config.client_connection.qps, burst=self.config.client_connection.burst
-        )
+        budget = {"qps": self.config.client_connection.qps, "burst": self.config.client_connection.burst}
+        self.client = ApiClient.from_connection_info(self.connection, **budget)
         await self._check_prerequisites()
         await self._prime()
-        self.reconciler = Reconciler(self.client, self.cache, self.framework, self.metrics)
+        # Events get a client and budget of their own, as controller-runtime's recorder does.
+        self.recorder = events.Recorder(ApiClient.from_connection_info(self.connection, **budget))
+        self.recorder.start()
+        self.reconciler = Reconciler(self.client, self.cache, self.framework, self.metrics, self.recorder)
         for key in list(self.cache.trainjobs):
             self.reconciler.queue.add(key)
         for i in range(self.config.controller.trainjob_workers):
@@ -114,6 +118,8 @@ class Operator:
         self.workers.clear()
         if self.reconciler is not None:
             self.reconciler.queue.shutdown()
+        if self.recorder is not None:
+            await self.recorder.stop()
         if self.client is not None:
             await self.client.close()
 

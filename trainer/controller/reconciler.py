@@ -17,7 +17,7 @@ from typing import Any
 from trainer.api import constants as c
 from trainer.controller import events
 from trainer.controller.cache import Cache, TrainJobKey
-from trainer.controller.client import ApiClient, ApiError
+from trainer.controller.client import ApiClient, ApiError, Throttled
 from trainer.controller.metrics import Metrics, framework_of
 from trainer.controller.writer import StaleCache, Writer, WriteReport
 from trainer.runtime import conditions as cond
@@ -26,6 +26,7 @@ from trainer.runtime.render import Event, Outcome, parse_time, reconcile
 
 Obj = dict[str, Any]
 logger = logging.getLogger("trainer.controller")
+STATUS_RETRY_SECONDS = 0.5
 
 
 class WorkQueue:
@@ -97,8 +98,16 @@ def _now() -> str:
 
 
 class Reconciler:
-    def __init__(self, client: ApiClient, cache: Cache, framework: Framework, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        client: ApiClient,
+        cache: Cache,
+        framework: Framework,
+        metrics: Metrics,
+        recorder: events.Recorder,
+    ) -> None:
         self.client = client
+        self.recorder = recorder
         self.cache = cache
         self.framework = framework
         self.metrics = metrics
@@ -162,17 +171,30 @@ class Reconciler:
             # DECISIONS.md §3: objects refused by the API server show on status too.
             write_error = exc
             outcome = _with_write_error(outcome, trainjob, str(exc))
-        await self.writer.write_status(trainjob, outcome.status, report)
-        await self._tell(trainjob, outcome, report)
+        try:
+            await self.writer.write_status(trainjob, outcome.status, report, wait=False)
+        except Throttled:
+            # The budget goes to children first (they unblock jobs); the status is computed
+            # again, from then-current facts, when the key comes back.
+            self._tell(trainjob, outcome, report, status_written=False)
+            self.metrics.reconciles.labels(result="requeue").inc()
+            return STATUS_RETRY_SECONDS
+        self._tell(trainjob, outcome, report)
         if write_error is not None or outcome.error is not None:
             return "backoff"
         return outcome.requeue_after
 
-    async def _tell(self, trainjob: Obj, outcome: Outcome, report: WriteReport) -> None:
-        """Events and metrics for what changed; nothing for a reconcile that changed nothing."""
+    def _tell(
+        self, trainjob: Obj, outcome: Outcome, report: WriteReport, *, status_written: bool = True
+    ) -> None:
+        """Events and metrics for what changed; nothing for a reconcile that changed nothing.
+
+        Condition changes are told once their status is written (a put-off status write tells
+        them on the reconcile that writes it).
+        """
         framework = framework_of(outcome.framework_label)
         before = (trainjob.get("status") or {}).get("conditions") or []
-        after = (outcome.status or {}).get("conditions") or []
+        after = (outcome.status or {}).get("conditions") or [] if status_written else before
         notes: list[tuple[str, str, str]] = []
         for obj in report.created:
             if obj["kind"] == c.JOBSET_KIND:
@@ -210,10 +232,7 @@ class Reconciler:
                 for event in outcome.events:
                     notes.append((event.type, event.reason, event.message))
         for type_, reason, message in notes:
-            try:
-                await events.post(self.client, trainjob, type_, reason, message)
-            except ApiError as exc:  # an Event lost is not worth a retry of the whole reconcile
-                logger.info("could not post event %s: %s", reason, exc)
+            self.recorder.record(trainjob, type_, reason, message)
 
 
 def _with_write_error(outcome: Outcome, trainjob: Obj, message: str) -> Outcome:

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.controller.cache import Cache
-from trainer.controller.client import ApiClient, ApiError, ResourceType
+from trainer.controller.client import STATUS, ApiClient, ApiError, ResourceType
 
 Obj = dict[str, Any]
 
@@ -133,14 +133,23 @@ class Writer:
         self.cache.forget(kind, namespace, name)
         report.deleted.append((kind, namespace, name))
 
-    async def write_status(self, trainjob: Obj, desired: Obj | None, report: WriteReport) -> Obj | None:
+    async def write_status(
+        self, trainjob: Obj, desired: Obj | None, report: WriteReport, *, wait: bool = True
+    ) -> Obj | None:
+        """Patch the status when it differs; ``wait=False`` raises Throttled when the budget is spent."""
         patch = status_patch(trainjob.get("status"), desired)
         if patch is None:
             return None
         meta = trainjob["metadata"]
         body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": patch}
         stored = await self.client.patch(
-            TRAINJOBS, meta.get("namespace"), meta["name"], body, subresource="status"
+            TRAINJOBS,
+            meta.get("namespace"),
+            meta["name"],
+            body,
+            subresource="status",
+            priority=STATUS,
+            wait=wait,
         )
         self.cache.observe(_with_kind(stored, trainjob))
         report.status_written = True
