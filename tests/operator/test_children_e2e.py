@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import time
 
-from conftest import OPERATOR_USER, TJ, conditions, get_or_none, trainjob, wait_for
+from operator_helpers import OPERATOR_USER, TJ, conditions, get_or_none, trainjob, wait_for
 
 from trainer.controller.embedded import EmbeddedOperator
 from trainer.testing.apiserver import LocalAPIServer

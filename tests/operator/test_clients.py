@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import TJ, conditions, get_or_none, trainjob, wait_for
+from operator_helpers import TJ, conditions, get_or_none, trainjob, wait_for
 
 from trainer.controller.config import Configuration
 from trainer.controller.embedded import EmbeddedOperator

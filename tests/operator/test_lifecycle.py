@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
+from operator_helpers import TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
 
 from trainer.controller.embedded import EmbeddedOperator
 from trainer.testing.apiserver import LocalAPIServer
