@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 import sys
 from fractions import Fraction
@@ -818,19 +817,3 @@ def test_import_uses_only_the_standard_library() -> None:
     ]
     assert foreign == []
     assert not any(name.split(".")[0] in ("celpy", "lark", "re2") for name in loaded)
-
-
-def test_import_takes_under_five_milliseconds(tmp_path: Path) -> None:
-    environment = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
-    # Bytecode is cached in a private directory so that compiling the source is not timed.
-    environment["PYTHONPYCACHEPREFIX"] = str(tmp_path)
-    command = [sys.executable, "-X", "importtime", "-c", "import trainer.admission.cel"]
-    timings = []
-    for _ in range(5):
-        result = subprocess.run(
-            command, capture_output=True, text=True, check=True, cwd=REPO, env=environment
-        )
-        line = next(line for line in result.stderr.splitlines() if line.endswith("| trainer.admission.cel"))
-        timings.append(int(line.split("|")[1]))
-    # The best of five runs, in microseconds, so one slow run on a busy machine does not fail it.
-    assert min(timings[1:]) < 5000
