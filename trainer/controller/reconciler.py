@@ -177,7 +177,6 @@ class Reconciler:
             # The budget goes to children first (they unblock jobs); the status is computed
             # again, from then-current facts, when the key comes back.
             self._tell(trainjob, outcome, report, status_written=False)
-            self.metrics.reconciles.labels(result="requeue").inc()
             return STATUS_RETRY_SECONDS
         self._tell(trainjob, outcome, report)
         if write_error is not None or outcome.error is not None:
