@@ -158,7 +158,7 @@ def mutated(draw: st.DrawFn, base: Obj, protect: int = 2) -> Obj:
     """``base`` with up to four fields set to odd values, removed, or added where none was."""
     obj = copy.deepcopy(base)
     for _ in range(draw(st.integers(0, 4))):
-        candidates = [p for p in paths(obj) if len(p) > protect or p[0] == "spec"]
+        candidates = [p for p in paths(obj) if len(p) > protect or p[0] in ("spec", "metadata")]
         if not candidates:
             break
         path = draw(st.sampled_from(candidates))

@@ -161,3 +161,63 @@ def test_update_is_validated_as_an_update(tmp_path: Path) -> None:
     )
     assert out.returncode == 1
     assert "spec.trainer: Invalid value" in out.stderr and "field is immutable" in out.stderr
+
+
+@pytest.mark.parametrize(
+    ("metadata", "line"),
+    [
+        ([], "TrainJob : metadata: Invalid value: []: must be an object"),
+        ({}, "TrainJob default/: metadata.name: Required value: name or generateName is required"),
+        (
+            {"name": "x", "labels": []},
+            "metadata.labels: Invalid value: []: must be a map of strings to strings",
+        ),
+        (
+            {"name": "x", "annotations": {"a": 1}},
+            "metadata.annotations[a]: Invalid value: 1: must be a string",
+        ),
+        ({"name": "x", "namespace": 5}, "metadata.namespace: Invalid value: 5: must be a string"),
+    ],
+)
+def test_malformed_metadata_is_refused_not_crashed_on(tmp_path: Path, metadata: Any, line: str) -> None:
+    obj = trainjob()
+    obj["metadata"] = metadata
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "in.yaml", runtime(ml_policy=TORCH), obj))
+    assert out.returncode == 1, out.stderr
+    assert line in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+def test_integers_beyond_their_format_are_refused(tmp_path: Path) -> None:
+    """Upstream's webhook decodes into int32 fields; a value that does not fit cannot be admitted."""
+    objs = (runtime(ml_policy=TORCH), trainjob(trainer={"numNodes": 2**31}))
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "in.yaml", *objs))
+    assert out.returncode == 1
+    assert (
+        "spec.trainer.numNodes: Invalid value: 2147483648: must fit in int32: from -2147483648 to 2147483647"
+        in out.stderr
+    )
+    assert (
+        run(
+            "--no-default-runtimes",
+            "-f",
+            write(tmp_path, "ok.yaml", objs[0], trainjob(trainer={"numNodes": 2**31 - 1})),
+        ).returncode
+        == 0
+    )
+
+
+def test_now_must_be_an_rfc3339_time(tmp_path: Path) -> None:
+    out = run("--now", "garbage", "-f", write(tmp_path, "in.yaml", trainjob()))
+    assert out.returncode == 2 and "--now 'garbage'" in out.stderr
+
+
+def test_warnings_go_to_stderr(tmp_path: Path) -> None:
+    deprecated = runtime(ml_policy=TORCH)
+    deprecated["metadata"]["labels"] = {"trainer.kubeflow.org/support": "deprecated"}
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "in.yaml", deprecated, trainjob()))
+    assert out.returncode == 0
+    assert any(
+        line.startswith("Warning: ") and "is deprecated" in line for line in out.stderr.splitlines()
+    ), out.stderr
+    assert "Warning" not in out.stdout

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trainer.admission.errors import AdmissionError, FieldError
+from trainer.admission.errors import AdmissionError, FieldError, invalid
 from trainer.api import constants as c
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts
@@ -101,6 +101,11 @@ class OfflineCluster:
 
         obj = copy.deepcopy(obj)
         kind = str(obj.get("kind", ""))
+        if not isinstance(obj.get("metadata", {}), dict):
+            self.refusals.append(
+                Refusal(kind, None, "", [invalid("metadata", obj["metadata"], "must be an object")])
+            )
+            return
         meta = obj.setdefault("metadata", {})
         name = str(meta.get("name", ""))
         namespaced = kind != c.CLUSTER_TRAINING_RUNTIME_KIND

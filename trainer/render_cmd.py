@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from typing import Any
 
@@ -12,6 +13,9 @@ from trainer.cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 Obj = dict[str, Any]
 REDACTED = "<redacted>"
+
+
+RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 
 
 def _redact(obj: Obj) -> Obj:
@@ -28,6 +32,17 @@ def run_render(args: argparse.Namespace) -> int:
     from trainer.manifests import ManifestError, read_manifests
     from trainer.offline import OfflineCluster
     from trainer.runtime import framework as fw
+    from trainer.runtime.render import parse_time
+
+    try:
+        if not RFC3339.fullmatch(args.now):
+            raise ValueError(args.now)
+        parse_time(args.now)
+    except ValueError:
+        print(
+            f"error: --now {args.now!r}: not an RFC 3339 time such as 2026-01-01T00:00:00Z", file=sys.stderr
+        )
+        return EXIT_USAGE
 
     try:
         objects = read_manifests(args.filename)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer.admission import structural
-from trainer.admission.errors import AdmissionError, FieldError, forbidden, invalid
+from trainer.admission.errors import AdmissionError, FieldError, forbidden, invalid, required
 from trainer.admission.hints import api_version_hint, hints
 from trainer.api import constants as c
 from trainer.runtime.framework import Framework
@@ -100,14 +100,53 @@ def check_version(obj: Obj) -> None:
         raise AdmissionError([invalid("apiVersion", api_version, hint)])
 
 
+def check_metadata(obj: Obj) -> None:
+    """ObjectMeta as the API server decodes it, before anything reads it: types and a name."""
+    meta = obj.get("metadata")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        raise AdmissionError([invalid("metadata", meta, "must be an object")])
+    errors: list[FieldError] = []
+    name = meta.get("name")
+    if name is None or name == "":
+        if not meta.get("generateName"):
+            errors.append(required("metadata.name", "name or generateName is required"))
+    elif not isinstance(name, str):
+        errors.append(invalid("metadata.name", name, "must be a string"))
+    for key in ("namespace", "generateName"):
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            errors.append(invalid(f"metadata.{key}", meta[key], "must be a string"))
+    for key in ("labels", "annotations"):
+        values = meta.get(key)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            errors.append(invalid(f"metadata.{key}", values, "must be a map of strings to strings"))
+            continue
+        errors += [
+            invalid(f"metadata.{key}[{k}]", v, "must be a string")
+            for k, v in values.items()
+            if not isinstance(v, str)
+        ]
+    if errors:
+        raise AdmissionError(errors)
+
+
 def admit(obj: Obj, old: Obj | None, facts: Facts, framework: Framework) -> tuple[Obj, list[str]]:
     """Admit a create (``old`` None) or an update; return the stored form and warnings.
 
     Raises AdmissionError with every reason found.
     """
     check_version(obj)
+    check_metadata(obj)
     admitted = check_schema(obj, old)
     kind = admitted["kind"]
+    # Upstream's webhooks decode the object into Go structs, where an integer that does not fit
+    # its int32 or int64 field fails (the API server itself stores it): refuse it here too.
+    overflows = structural.integer_overflows(schemas()[kind], admitted)
+    if overflows:
+        raise AdmissionError(overflows)
     if kind == c.TRAINJOB_KIND:
         warnings = validate_trainjob(admitted, old, facts, framework)
     else:

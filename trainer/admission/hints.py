@@ -18,10 +18,10 @@ Obj = dict[str, Any]
 def api_version_hint(api_version: str) -> str | None:
     group, _, version = api_version.rpartition("/")
     if group in (c.GROUP, "kubeflow.org") and version != c.VERSION:
-        return (
-            f"apiVersion {api_version} is not served; the current Kubeflow Trainer API is "
-            f"{c.API_VERSION} (v2alpha1 was a design-document name and never shipped)"
-        )
+        hint = f"apiVersion {api_version} is not served; the current Kubeflow Trainer API is {c.API_VERSION}"
+        if version == "v2alpha1":
+            hint += " (v2alpha1 was a design-document name and never shipped)"
+        return hint
     return None
 
 

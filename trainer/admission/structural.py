@@ -1407,3 +1407,40 @@ def _string_map(values: Any, path: str, *, labels: bool) -> list[FieldError]:
     if not labels and size > _MAX_ANNOTATIONS_BYTES:
         errors.append(FieldError(path, TOO_LONG, _too_long(_MAX_ANNOTATIONS_BYTES)))
     return errors
+
+
+_INTEGER_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+
+
+def integer_overflows(schema: Schema, obj: Any, path: str = "") -> list[FieldError]:
+    """Integers outside the range of their ``int32``/``int64`` format, as a typed decode refuses them.
+
+    Not an API server check (it ignores those formats): the webhooks' (see ``admit``).
+    """
+    found: list[FieldError] = []
+
+    def walk(s: Schema, v: Any, p: str) -> None:
+        if isinstance(v, bool):
+            return
+        if isinstance(v, int):
+            bounds = _INTEGER_RANGES.get(str(s.get("format", "")))
+            if bounds is not None and not bounds[0] <= v <= bounds[1]:
+                found.append(
+                    FieldError(p, INVALID, f"must fit in {s['format']}: from {bounds[0]} to {bounds[1]}", v)
+                )
+        elif isinstance(v, Mapping):
+            props = s.get("properties") or {}
+            extra = s.get("additionalProperties")
+            for k, item in v.items():
+                if k in props:
+                    walk(props[k], item, f"{p}.{k}" if p else str(k))
+                elif isinstance(extra, Mapping):
+                    walk(extra, item, f"{p}[{k}]")
+        elif isinstance(v, list):
+            items = s.get("items")
+            if isinstance(items, Mapping):
+                for i, item in enumerate(v):
+                    walk(items, item, f"{p}[{i}]")
+
+    walk(schema, obj, path)
+    return found
