@@ -305,7 +305,7 @@ def _check_patch_update(ctx: ValidationContext) -> list[FieldError]:
         return [
             forbidden(
                 "spec.runtimePatches",
-                f"RuntimePatches cannot be modified while the JobSet's ReplicatedJob {rj.get('name')} is still active",
+                f"RuntimePatches cannot be modified when the JobSet's ReplicatedJob {rj.get('name')} is still active",
             )
             for rj in statuses
             if int(rj.get("active") or 0) > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from render_helpers import container, env, only, render, replicated_job, rjob, runtime, trainjob
@@ -104,6 +105,16 @@ def test_initializer_requires_job_container_and_mount() -> None:
     ][0]["volumeMounts"]
     (refusal,) = render(unmounted, trainjob(initializer={"dataset": {"storageUri": "hf://d"}})).refusals
     assert "volumeMount named initializer" in refusal.lines()[0]
+    for job, config in (("dataset-initializer", "dataset"), ("model-initializer", "model")):
+        renamed = init_runtime()
+        rjobs = renamed["spec"]["template"]["spec"]["replicatedJobs"]
+        rjob_template = next(r for r in rjobs if r["name"] == job)["template"]
+        del rjob_template["metadata"]  # without the ancestor label the runtime's own rule lets it in
+        rjob_template["spec"]["template"]["spec"]["containers"][0]["name"] = "other"
+        tj = trainjob(initializer={config: {"storageUri": "hf://x"}})
+        (refusal,) = render(renamed, tj).refusals
+        assert f"must have a container named {job} in the {job} job" in refusal.lines()[0]
+        assert "job: spec.runtimeRef: Invalid value" in refusal.lines()[0]
 
 
 def patch(
@@ -181,6 +192,25 @@ def test_runtime_patch_update_only_while_suspended() -> None:
     running = [trainjob(runtimePatches=[patch("x.io/y", {"nodeSelector": {"pool": p}})]) for p in "ab"]
     (refusal,) = render(rt, *running).refusals
     assert "RuntimePatches can only be modified when the TrainJob is suspended" in refusal.lines()[0]
+
+
+def test_runtime_patch_update_refused_while_jobset_pods_are_active() -> None:
+    """Suspending is not enough: pods of the JobSet may still be running (W16)."""
+    rt = runtime(ml_policy=TORCH)
+    running = trainjob(runtimePatches=[patch("x.io/y", {"nodeSelector": {"pool": "a"}})])
+    suspending = trainjob(suspend=True, runtimePatches=[patch("x.io/y", {"nodeSelector": {"pool": "b"}})])
+    jobset = copy.deepcopy(only(render(rt, running), "JobSet"))
+    jobset["status"] = {
+        "replicatedJobsStatus": [
+            {"name": "node", "active": 2, "ready": 2, "succeeded": 0, "failed": 0, "suspended": 0}
+        ]
+    }
+    (refusal,) = render(rt, running, jobset, suspending).refusals
+    assert "job: spec.runtimePatches: Forbidden" in refusal.lines()[0]
+    assert "when the JobSet's ReplicatedJob node is still active" in refusal.lines()[0]
+    jobset["status"]["replicatedJobsStatus"][0].update(active=0, suspended=2)
+    cluster = render(rt, running, jobset, suspending)
+    assert not cluster.refusals, "once no pod is active the patch may change"
 
 
 def test_running_jobset_is_frozen_and_resume_reapplies() -> None:
