@@ -233,9 +233,13 @@ def _check_initializer(jobset_spec: Obj, job: str, config: str, runtime: str) ->
     pod = (((rjob.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
     container = find([*(pod.get("initContainers") or []), *(pod.get("containers") or [])], job)
     if container is None:
-        return [invalid("spec.runtimeRef", runtime, f"must have a container named {job} in the {job} job")]
+        return [
+            invalid("spec.runtimeRef", runtime, f"must have a container with name {job} in the {job} job")
+        ]
     if find(container.get("volumeMounts"), c.INITIALIZER_VOLUME) is None:
-        detail = f"must have a volumeMount named {c.INITIALIZER_VOLUME} in container {job} of the {job} job"
+        detail = (
+            f"must have a volumeMount with name {c.INITIALIZER_VOLUME} in container {job} of the {job} job"
+        )
         return [invalid("spec.runtimeRef", runtime, detail)]
     return []
 
@@ -255,7 +259,7 @@ def _check_patch_targets(ctx: ValidationContext, index: int) -> list[FieldError]
                 invalid(
                     f"{path}.name",
                     name,
-                    "must not name a replicated job that does not exist in the runtime job template",
+                    "must not have a replicated job that doesn't exist in the runtime job template",
                 )
             )
             continue
@@ -269,7 +273,7 @@ def _check_patch_targets(ctx: ValidationContext, index: int) -> list[FieldError]
                         invalid(
                             f"{cpath}.name",
                             cname,
-                            f"must not name {what} that does not exist in the runtime job {name}",
+                            f"must not have {what} that doesn't exist in the runtime job {name}",
                         )
                     )
                 elif cname in _ENVLESS_CONTAINERS and container.get("env"):

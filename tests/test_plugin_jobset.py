@@ -104,7 +104,7 @@ def test_initializer_requires_job_container_and_mount() -> None:
         "containers"
     ][0]["volumeMounts"]
     (refusal,) = render(unmounted, trainjob(initializer={"dataset": {"storageUri": "hf://d"}})).refusals
-    assert "volumeMount named initializer" in refusal.lines()[0]
+    assert "must have a volumeMount with name initializer in container" in refusal.lines()[0]
     for job, config in (("dataset-initializer", "dataset"), ("model-initializer", "model")):
         renamed = init_runtime()
         rjobs = renamed["spec"]["template"]["spec"]["replicatedJobs"]
@@ -113,7 +113,7 @@ def test_initializer_requires_job_container_and_mount() -> None:
         rjob_template["spec"]["template"]["spec"]["containers"][0]["name"] = "other"
         tj = trainjob(initializer={config: {"storageUri": "hf://x"}})
         (refusal,) = render(renamed, tj).refusals
-        assert f"must have a container named {job} in the {job} job" in refusal.lines()[0]
+        assert f"must have a container with name {job} in the {job} job" in refusal.lines()[0]
         assert "job: spec.runtimeRef: Invalid value" in refusal.lines()[0]
 
 
@@ -162,13 +162,14 @@ def test_runtime_patch_naming_missing_job_or_container_is_refused() -> None:
     ).refusals
     assert (
         "replicatedJobs[0].name" in refusal.lines()[0]
-        and "does not exist in the runtime job template" in refusal.lines()[0]
+        and "must not have a replicated job that doesn't exist in the runtime job template"
+        in refusal.lines()[0]
     )
     bad = patch(
         "x.io/y", {"containers": [{"name": "ghost", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}]}
     )
     (refusal,) = render(rt, trainjob(runtimePatches=[bad])).refusals
-    assert "must not name a container that does not exist in the runtime job node" in refusal.lines()[0]
+    assert "must not have a container that doesn't exist in the runtime job node" in refusal.lines()[0]
     env_patch = patch("x.io/y", {"containers": [{"name": "node", "env": [{"name": "A", "value": "1"}]}]})
     (refusal,) = render(rt, trainjob(runtimePatches=[env_patch])).refusals
     assert (
