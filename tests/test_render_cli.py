@@ -166,7 +166,7 @@ def test_update_is_validated_as_an_update(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("metadata", "line"),
     [
-        ([], "TrainJob : metadata: Invalid value: []: must be an object"),
+        ([], "TrainJob default/: metadata: Invalid value: []: must be an object"),
         ({}, "TrainJob default/: metadata.name: Required value: name or generateName is required"),
         (
             {"name": "x", "labels": []},
@@ -177,6 +177,10 @@ def test_update_is_validated_as_an_update(tmp_path: Path) -> None:
             "metadata.annotations[a]: Invalid value: 1: must be a string",
         ),
         ({"name": "x", "namespace": 5}, "metadata.namespace: Invalid value: 5: must be a string"),
+        (  # found by the fuzzer: a list cannot key the stored objects, so it must be refused first
+            {"name": "x", "namespace": [None]},
+            'TrainJob default/x: metadata.namespace: Invalid value: "array": must be a string',
+        ),
     ],
 )
 def test_malformed_metadata_is_refused_not_crashed_on(tmp_path: Path, metadata: Any, line: str) -> None:
@@ -186,6 +190,47 @@ def test_malformed_metadata_is_refused_not_crashed_on(tmp_path: Path, metadata: 
     assert out.returncode == 1, out.stderr
     assert line in out.stderr, out.stderr
     assert "Traceback" not in out.stderr and out.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("obj", "line"),
+    [
+        (
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": [1]},
+            'ConfigMap default/: metadata: Invalid value: "array": must be an object',
+        ),
+        (
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {}},
+            "Secret default/: metadata.name: Required value",
+        ),
+        (
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"generateName": "s-"}},
+            "Secret default/: metadata.name: Required value: a cluster object needs a name",
+        ),
+        (
+            {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": 1}},
+            "PriorityClass : metadata.name: Invalid value: 1: must be a string",
+        ),
+    ],
+)
+def test_malformed_cluster_objects_are_refused_not_crashed_on(tmp_path: Path, obj: Any, line: str) -> None:
+    """Objects given as cluster facts (Secrets, PriorityClasses...) are keyed by name too."""
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "in.yaml", obj))
+    assert out.returncode == 1, out.stderr
+    assert line in out.stderr, out.stderr
+    assert "Traceback" not in out.stderr and "internal error" not in out.stderr
+
+
+def test_generate_name_gets_a_stable_name_as_a_server_would_give(tmp_path: Path) -> None:
+    obj = trainjob()
+    obj["metadata"] = {"generateName": "run-", "namespace": "team"}
+    f = write(tmp_path, "in.yaml", runtime(ml_policy=TORCH), obj, obj)
+    out = run("--no-default-runtimes", "-f", f, "-o", "json")
+    assert out.returncode == 0, out.stderr
+    names = [d["metadata"]["name"] for d in json.loads(out.stdout)["items"] if d["kind"] == "TrainJob"]
+    assert len(names) == 2 and names[0] != names[1], "two creates from one generateName are two TrainJobs"
+    assert all(n.startswith("run-") and len(n) == len("run-") + 5 for n in names)
+    assert run("--no-default-runtimes", "-f", f, "-o", "json").stdout == out.stdout
 
 
 def test_integers_beyond_their_format_are_refused(tmp_path: Path) -> None:

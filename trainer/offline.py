@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trainer.admission.errors import AdmissionError, FieldError, invalid
+from trainer.admission.errors import AdmissionError, FieldError, required
 from trainer.api import constants as c
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts
@@ -26,12 +26,22 @@ Obj = dict[str, Any]
 
 # Kinds the render core reads as cluster facts; any other kind is ignored with a note.
 FACT_KINDS = ("JobSet", "ConfigMap", "Secret", "PodGroup", "PriorityClass")
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no look-alikes
 CHILD_ORDER = {"JobSet": 0, "ConfigMap": 1, "Secret": 2, "PodGroup": 3}
 
 
 def trainjob_uid(namespace: str, name: str) -> str:
     """A stable uid, so the same input renders to the same bytes."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
+
+
+def generated_name(prefix: str, ordinal: int) -> str:
+    """The name an API server would give for ``generateName``: the prefix, cut to leave room,
+    and five characters from its alphabet; here derived from the prefix and the object's place in
+    the input, so the same input renders the same names."""
+    digest = hashlib.sha256(f"{prefix}\x00{ordinal}".encode()).digest()
+    suffix = "".join(NAME_ALPHABET[b % len(NAME_ALPHABET)] for b in digest[:5])
+    return prefix[:58] + suffix
 
 
 def render_seed(uid: str) -> bytes:
@@ -87,6 +97,14 @@ class OfflineCluster:
         if group in (c.GROUP, "kubeflow.org") or kind in (c.TRAINJOB_KIND, *c.RUNTIME_KINDS):
             self._apply_trainer_object(obj)
         elif kind in FACT_KINDS:
+            if not self._metadata_ok(kind, obj):
+                return
+            if not (obj.get("metadata") or {}).get("name"):
+                # generateName needs a server to pick the name; an offline fact has none to find
+                err = required("metadata.name", "a cluster object needs a name")
+                namespace = None if kind == "PriorityClass" else obj["metadata"].get("namespace") or "default"
+                self.refusals.append(Refusal(kind, namespace, "", [err]))
+                return
             fact = copy.deepcopy(obj)
             meta = fact.setdefault("metadata", {})
             if kind != "PriorityClass":
@@ -96,17 +114,39 @@ class OfflineCluster:
             name = (obj.get("metadata") or {}).get("name", "")
             self.notes.append(f"Note: ignoring {kind} {name!r}: trainer render does not use this kind")
 
+    def _metadata_ok(self, kind: str, obj: Obj) -> bool:
+        """Refuse an object whose metadata cannot be keyed on (a name that is not a string...).
+
+        Everything after this reads the name and namespace as strings, as the API server's
+        decoding guarantees; offline there is no decoder, so the check is ours.
+        """
+        from trainer.admission.admit import check_metadata
+
+        try:
+            check_metadata(obj)
+        except AdmissionError as exc:
+            meta = obj.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            name, namespace = meta.get("name"), meta.get("namespace")
+            if kind in (c.CLUSTER_TRAINING_RUNTIME_KIND, "PriorityClass"):
+                namespace = None
+            elif not isinstance(namespace, str) or not namespace:
+                namespace = "default"
+            name = name if isinstance(name, str) else ""
+            self.refusals.append(Refusal(kind, namespace, name, exc.errors))
+            return False
+        return True
+
     def _apply_trainer_object(self, obj: Obj) -> None:
         from trainer.admission.admit import KINDS, admit
 
         obj = copy.deepcopy(obj)
         kind = str(obj.get("kind", ""))
-        if not isinstance(obj.get("metadata", {}), dict):
-            self.refusals.append(
-                Refusal(kind, None, "", [invalid("metadata", obj["metadata"], "must be an object")])
-            )
+        if not self._metadata_ok(kind, obj):
             return
         meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = generated_name(meta["generateName"], len(self.applied))
         name = str(meta.get("name", ""))
         namespaced = kind != c.CLUSTER_TRAINING_RUNTIME_KIND
         if namespaced:
