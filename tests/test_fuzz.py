@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from trainer.offline import OfflineCluster
@@ -223,7 +223,7 @@ def check(cluster: OfflineCluster) -> None:
             assert "Traceback" not in condition.get("message", ""), condition
 
 
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings()  # the profile in conftest.py: 300 examples, or more with --hypothesis-profile
 
 
 @FUZZ
