@@ -30,6 +30,7 @@ from trainer.runtime.render import reconcile
 
 Obj = dict[str, Any]
 TARGET_MS = 50.0
+NOW = "1970-01-01T00:00:00Z"
 
 
 def runtime() -> Obj:
@@ -102,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
 
     framework = fw.default()
     try:
-        admitted, _ = admit(trainjob(args.name, args.nodes), None, _facts(), framework)
+        admitted, _ = admit(trainjob(args.name, args.nodes), None, _facts(), framework, NOW)
     except AdmissionError as exc:
         print(f"the TrainJob is refused at admission: {exc}")
         return 2
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         run_facts = _facts()
         obj = copy.deepcopy(admitted)
         start = time.perf_counter()
-        outcome = reconcile(obj, run_facts, framework, "1970-01-01T00:00:00Z", seed=seed)
+        outcome = reconcile(obj, run_facts, framework, NOW, seed=seed)
         elapsed = time.perf_counter() - start
         assert outcome.error is None, outcome.error
         return elapsed
@@ -132,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     median = statistics.median(times_ms)
     p99 = times_ms[min(len(times_ms) - 1, round(0.99 * (len(times_ms) - 1)))]
 
-    outcome = reconcile(copy.deepcopy(admitted), _facts(), framework, "1970-01-01T00:00:00Z", seed=seed)
+    outcome = reconcile(copy.deepcopy(admitted), _facts(), framework, NOW, seed=seed)
     hostfile = next(o for o in outcome.objects if o["metadata"]["name"].endswith("-mpi-hostfile"))["data"][
         "hostfile"
     ]

@@ -74,7 +74,7 @@ def measure(framework: fw.Framework, runtime: Obj, nodes: int, budget: float) ->
         fresh.put(copy.deepcopy(runtime))
         return fresh
 
-    admitted, _ = admit(trainjob("bench-job", runtime, nodes), None, facts(), framework)
+    admitted, _ = admit(trainjob("bench-job", runtime, nodes), None, facts(), framework, NOW)
     admitted["metadata"]["uid"] = trainjob_uid("default", "bench-job")
     seed = render_seed(admitted["metadata"]["uid"])
 

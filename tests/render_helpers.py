@@ -73,8 +73,13 @@ def trainjob(name: str = "job", runtime_name: str = "rt", *, kind: str | None = 
     }
 
 
-def render(*objects: Obj, defaults: bool = False, fw: framework.Framework | None = None) -> OfflineCluster:
-    cluster = OfflineCluster(framework=fw or framework.default())
+def render(
+    *objects: Obj,
+    defaults: bool = False,
+    fw: framework.Framework | None = None,
+    now: str = "1970-01-01T00:00:00Z",
+) -> OfflineCluster:
+    cluster = OfflineCluster(framework=fw or framework.default(), now=now)
     if defaults:
         cluster.load_default_runtimes()
     for obj in objects:

@@ -262,7 +262,10 @@ def test_warnings_go_to_stderr(tmp_path: Path) -> None:
     deprecated["metadata"]["labels"] = {"trainer.kubeflow.org/support": "deprecated"}
     out = run("--no-default-runtimes", "-f", write(tmp_path, "in.yaml", deprecated, trainjob()))
     assert out.returncode == 0
-    assert any(
-        line.startswith("Warning: ") and "is deprecated" in line for line in out.stderr.splitlines()
-    ), out.stderr
+    warnings = [line for line in out.stderr.splitlines() if line.startswith("Warning: ")]
+    assert [w.split('"')[0] for w in warnings] == [
+        "Warning: ClusterTrainingRuntime ",
+        "Warning: Referenced ClusterTrainingRuntime ",
+    ], "one warning when the runtime is created, one when a TrainJob references it"
+    assert all("is deprecated and will be removed in a future release" in w for w in warnings)
     assert "Warning" not in out.stdout

@@ -168,7 +168,7 @@ class OfflineCluster:
         old = self._stored(kind, namespace, name) if key in self.applied else None
         obj.pop("status", None)  # the main resource ignores status, as the API server does
         try:
-            admitted, warnings = admit(obj, old, self.facts, self.framework)
+            admitted, warnings = admit(obj, old, self.facts, self.framework, self.now)
         except AdmissionError as exc:
             self.refusals.append(Refusal(kind, namespace, name, exc.errors))
             self.warnings.extend(f"Warning: {w}" for w in exc.warnings)

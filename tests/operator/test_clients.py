@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 import subprocess
@@ -124,7 +125,23 @@ def test_webhook_refusals_seen_through_kubectl(
         },
     }
     out = kubectl(user_kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(runtime))
-    assert out.returncode != 0 and "must always be 1" in out.stderr
+    assert out.returncode != 0 and "always must be 1" in out.stderr
+
+    # The runtime defaulter takes numbers where the schema takes quantity strings (DECISIONS.md §9).
+    fractional = copy.deepcopy(runtime)
+    fractional["metadata"]["name"] = "fractional"
+    fractional_job = fractional["spec"]["template"]["spec"]["replicatedJobs"][0]
+    fractional_job["replicas"] = 1
+    fractional_job["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": 0.5}
+    }
+    out = kubectl(user_kubeconfig, "create", "-f", "-", stdin=json.dumps(fractional))
+    assert out.returncode == 0, out.stderr
+    stored_runtime = cluster.get(TJ, "ClusterTrainingRuntime", "fractional", namespace="")
+    stored_job = stored_runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    assert stored_job["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "500m"}
+    }
 
     # The defaulting webhook makes the SDK's numeric quantities acceptable.
     numeric = trainjob("numeric", suspend=True, trainer={"resourcesPerNode": {"requests": {"cpu": 1.5}}})

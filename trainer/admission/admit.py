@@ -7,7 +7,6 @@ rules, transition rules on update), then the webhook rules (the runtime exists, 
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 from functools import cache
@@ -42,7 +41,7 @@ def schemas() -> dict[str, Any]:
     return data
 
 
-def check_schema(obj: Obj, old: Obj | None) -> Obj:
+def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
     """Refuse unknown fields, apply CRD defaults, check OpenAPI and CEL rules; return the object."""
     kind = obj.get("kind", "")
     schema = schemas()[kind]
@@ -58,39 +57,71 @@ def check_schema(obj: Obj, old: Obj | None) -> Obj:
             ]
         )
     admitted: Obj = structural.apply_defaults(schema, copy.deepcopy(obj))
-    if kind == c.TRAINJOB_KIND:
-        default_trainjob(admitted)
+    default_object(admitted, old, now)
     errors = structural.validate(schema, admitted, old)
     if errors:
         raise AdmissionError(errors)
     return admitted
 
 
-def default_trainjob(trainjob: Obj) -> None:
-    """The defaulting webhook: what a mutating webhook changes before the schema is checked.
+def default_object(obj: Obj, old: Obj | None, now: str) -> None:
+    """The defaulting webhooks: what they change before the schema is checked.
 
-    DECISIONS.md §9: the Kubeflow SDK sends resource quantities as numbers (``cpu: 2.0``), which
-    the CRD's int-or-string quantities refuse. Admission runs mutating webhooks before schema
-    validation, so writing them as canonical quantity strings here makes them acceptable
-    everywhere: offline, and on a cluster through the operator's defaulting webhook.
+    DECISIONS.md §9: numbers are accepted where the CRDs take quantity strings (the Kubeflow SDK
+    sends ``cpu: 2.0``; a runtime author writes ``cpu: 0.5``); they are written as canonical
+    quantity strings, since the API server checks the schema after the mutating webhooks. For a
+    TrainJob, each runtime patch gets the time it was last changed (mpi-gang-lifecycle.md §7).
+    Any field may still have any type here: what is not of the expected shape is left for the
+    schema to refuse.
     """
-    from trainer.api.quantity import canonical_quantity
+    from trainer.admission import quantities
 
-    # Mutating webhooks run before the schema is checked: any field may still have any type.
+    kind = obj.get("kind", "")
+    schema = schemas().get(kind)
+    if schema is not None:
+        quantities.accept_numbers(quantities.quantity_fields(schema), obj, old)
+    if kind == c.TRAINJOB_KIND:
+        stamp_runtime_patches(obj, old, now)
+
+
+def stamp_runtime_patches(trainjob: Obj, old: Obj | None, now: str) -> None:
+    """Upstream's runtimePatches defaulting: when each manager's patch last changed.
+
+    On create a patch without a time gets ``now``. On update a manager's patch that is unchanged
+    but for its time keeps the stored time (so re-applying a manifest is no change), a changed one
+    gets ``now``, and a new manager's patch keeps a time it brings or gets ``now``.
+    """
     spec = trainjob.get("spec")
-    trainer = spec.get("trainer") if isinstance(spec, dict) else None
-    resources = trainer.get("resourcesPerNode") if isinstance(trainer, dict) else None
-    if not isinstance(resources, dict):
+    patches = spec.get("runtimePatches") if isinstance(spec, dict) else None
+    if not isinstance(patches, list):
         return
-    for key in ("limits", "requests"):
-        values = resources.get(key)
-        if not isinstance(values, dict):
+    old_spec = (old or {}).get("spec")
+    old_patches = old_spec.get("runtimePatches") if isinstance(old_spec, dict) else None
+    before = {
+        p["manager"]: p
+        for p in old_patches or []
+        if isinstance(p, dict) and isinstance(p.get("manager"), str)
+    }
+    for patch in patches:
+        if not isinstance(patch, dict):
             continue
-        for name, value in values.items():
-            if isinstance(value, float):
-                # A value that is no quantity is left as is: the schema says what is wrong with it.
-                with contextlib.suppress(ValueError):
-                    values[name] = canonical_quantity(value)
+        manager = patch.get("manager")
+        previous = before.get(manager) if isinstance(manager, str) else None
+        if previous is None:
+            patch.setdefault("time", now)
+            if patch["time"] is None:
+                patch["time"] = now
+        elif _without_time(previous) == _without_time(patch):
+            if previous.get("time") is None:
+                patch.pop("time", None)
+            else:
+                patch["time"] = previous["time"]
+        else:
+            patch["time"] = now
+
+
+def _without_time(patch: Obj) -> Obj:
+    return {k: v for k, v in patch.items() if k != "time"}
 
 
 def check_version(obj: Obj) -> None:
@@ -133,14 +164,14 @@ def check_metadata(obj: Obj) -> None:
         raise AdmissionError(errors)
 
 
-def admit(obj: Obj, old: Obj | None, facts: Facts, framework: Framework) -> tuple[Obj, list[str]]:
-    """Admit a create (``old`` None) or an update; return the stored form and warnings.
+def admit(obj: Obj, old: Obj | None, facts: Facts, framework: Framework, now: str) -> tuple[Obj, list[str]]:
+    """Admit a create (``old`` None) or an update at ``now``; return the stored form and warnings.
 
     Raises AdmissionError with every reason found.
     """
     check_version(obj)
     check_metadata(obj)
-    admitted = check_schema(obj, old)
+    admitted = check_schema(obj, old, now)
     kind = admitted["kind"]
     # Upstream's webhooks decode the object into Go structs, where an integer that does not fit
     # its int32 or int64 field fails (the API server itself stores it): refuse it here too.
@@ -171,7 +202,8 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
                 continue
             path = f"spec.template.spec.replicatedJobs[{i}]"
             if rjob.get("replicas", 1) != 1:
-                errors.append(invalid(f"{path}.replicas", rjob.get("replicas"), "must always be 1"))
+                # Upstream's words, which read well enough and which users search for.
+                errors.append(invalid(f"{path}.replicas", rjob.get("replicas"), "always must be 1"))
             pod = ((template.get("spec") or {}).get("template") or {}).get("spec") or {}
             names = {ct.get("name") for ct in pod.get("containers") or []}
             if _ANCESTOR_CONTAINERS[ancestor] not in names:
@@ -192,7 +224,21 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
         )
     if errors:
         raise AdmissionError(errors)
+    meta = runtime_obj.get("metadata") or {}
+    if (
+        old is None
+        and runtime_obj["kind"] == c.CLUSTER_TRAINING_RUNTIME_KIND
+        and (meta.get("labels") or {}).get(c.SUPPORT_LABEL) == c.SUPPORT_DEPRECATED
+    ):
+        return [deprecation_warning(meta.get("name"))]
     return []
+
+
+def deprecation_warning(runtime_name: object) -> str:
+    return (
+        f'ClusterTrainingRuntime "{runtime_name}" is deprecated and will be removed in a future release '
+        f"of Kubeflow Trainer. See runtime deprecation policy: {c.DEPRECATION_DOC_URL}"
+    )
 
 
 def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framework: Framework) -> list[str]:
@@ -227,10 +273,7 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
         runtime_obj.get("kind") == c.CLUSTER_TRAINING_RUNTIME_KIND
         and (runtime_meta.get("labels") or {}).get(c.SUPPORT_LABEL) == c.SUPPORT_DEPRECATED
     ):
-        warnings.append(
-            f'Referenced ClusterTrainingRuntime "{runtime_meta.get("name")}" is deprecated and will be removed in a '
-            f"future release of Kubeflow Trainer. See runtime deprecation policy: {c.DEPRECATION_DOC_URL}"
-        )
+        warnings.append("Referenced " + deprecation_warning(runtime_meta.get("name")))
     runtime = TrainingRuntime.view(runtime_obj)
     missing = framework.missing_for(runtime.spec)
     if missing:

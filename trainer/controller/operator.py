@@ -15,7 +15,7 @@ import contextlib
 import logging
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -26,7 +26,7 @@ from trainer.controller.cache import Cache, owner_trainjob
 from trainer.controller.client import ApiClient, ApiError, ResourceType
 from trainer.controller.config import Configuration, split_address
 from trainer.controller.metrics import Metrics
-from trainer.controller.reconciler import Reconciler
+from trainer.controller.reconciler import Reconciler, utc_now
 from trainer.runtime import framework as fw
 
 Obj = dict[str, Any]
@@ -219,23 +219,22 @@ class Operator:
 
         obj = _plain(body)
         try:
-            _, found = admit(obj, _plain(old) if old is not None else None, self.cache, self.framework)
+            _, found = admit(
+                obj, _plain(old) if old is not None else None, self.cache, self.framework, utc_now()
+            )
         except AdmissionError as exc:
             warnings.extend(exc.warnings)
             raise kopf.AdmissionError(_admission_message(exc), code=403) from exc
         warnings.extend(found)
 
-    def default(self, body: Obj, patch: kopf.Patch) -> None:
-        from trainer.admission.admit import default_trainjob
+    def default(self, body: Obj, old: Obj | None, patch: kopf.Patch) -> None:
+        """The defaulting webhook: kopf diffs what ``default_object`` changes into a JSON patch."""
+        from trainer.admission.admit import default_object
 
-        obj = _plain(body)
-        before = _plain(obj)
-        default_trainjob(obj)
-        resources = obj.get("spec", {}).get("trainer", {}).get("resourcesPerNode")
-        if resources is not None and resources != before.get("spec", {}).get("trainer", {}).get(
-            "resourcesPerNode"
-        ):
-            patch.setdefault("spec", {}).setdefault("trainer", {})["resourcesPerNode"] = resources
+        stored = _plain(old) if old is not None else None
+        now = utc_now()
+        # kopf hands each function a deep copy of the body made of plain dicts and lists.
+        patch.fns.append(lambda obj: default_object(cast(Obj, obj), stored, now))
 
     # --- kopf wiring ---
 
@@ -291,32 +290,30 @@ class Operator:
             on.event(pg.group, pg.version, pg.plural, registry=registry, id=f"podgroups-{pg.group}")(_child)
 
         if self.config.webhook.enabled:
-            for plural in (TRAINJOBS.plural, TRAINING_RUNTIMES.plural, CLUSTER_RUNTIMES.plural):
-                kind = _KINDS[plural][1].lower()
 
-                def _validate(**kwargs: Any) -> None:
-                    self.validate(kwargs["body"], kwargs.get("old"), kwargs["warnings"])
-
-                on.validate(
-                    c.GROUP,
-                    c.VERSION,
-                    plural,
-                    registry=registry,
-                    id=f"validator.{kind}",
-                    operations=["CREATE", "UPDATE"],
-                )(_validate)
+            def _validate(**kwargs: Any) -> None:
+                self.validate(kwargs["body"], kwargs.get("old"), kwargs["warnings"])
 
             def _default(**kwargs: Any) -> None:
-                self.default(kwargs["body"], kwargs["patch"])
+                self.default(kwargs["body"], kwargs.get("old"), kwargs["patch"])
 
-            on.mutate(
-                c.GROUP,
-                c.VERSION,
-                "trainjobs",
-                registry=registry,
-                id="defaulter.trainjob",
-                operations=["CREATE", "UPDATE"],
-            )(_default)
+            # A validator and a defaulter for each kind. The defaulters write numbers given for
+            # quantities as quantity strings, runtimes included (DECISIONS.md §9), and stamp each
+            # TrainJob runtime patch with the time it last changed.
+            for plural in (TRAINJOBS.plural, TRAINING_RUNTIMES.plural, CLUSTER_RUNTIMES.plural):
+                kind = _KINDS[plural][1].lower()
+                for register, handler, prefix in (
+                    (on.validate, _validate, "validator"),
+                    (on.mutate, _default, "defaulter"),
+                ):
+                    register(
+                        c.GROUP,
+                        c.VERSION,
+                        plural,
+                        registry=registry,
+                        id=f"{prefix}.{kind}",
+                        operations=["CREATE", "UPDATE"],
+                    )(handler)
 
         return registry
 

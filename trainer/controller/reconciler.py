@@ -93,7 +93,7 @@ class WorkQueue:
         return not self._dirty and not self._processing and self._queue.empty()
 
 
-def _now() -> str:
+def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -158,7 +158,7 @@ class Reconciler:
         trainjob = self.cache.trainjob(key)
         if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
             return None
-        outcome = reconcile(trainjob, self.cache, self.framework, _now())
+        outcome = reconcile(trainjob, self.cache, self.framework, utc_now())
         if outcome.skipped:
             return None
         report = WriteReport()
@@ -235,24 +235,22 @@ class Reconciler:
 
 
 def _with_write_error(outcome: Outcome, trainjob: Obj, message: str) -> Outcome:
+    """DECISIONS.md §3: objects the API server refused show on status, with their Event's message."""
     status: Obj = dict(outcome.status or {})
     conditions = [dict(x) for x in status.get("conditions") or []]
     short = message if len(message) <= 950 else message[:950] + " ..."
+    event_message = events.scrub(f"TrainJob resources reconciliation failed: {short}")
     cond.set_condition(
         conditions,
         {
             "type": c.COND_RECONCILE_FAILED,
             "status": "True",
             "reason": "ResourcesRefused",
-            "message": events.scrub(short),
+            "message": event_message,
         },
-        _now(),
+        utc_now(),
     )
     status["conditions"] = conditions
     outcome.status = status
-    outcome.events.append(
-        Event(
-            "Warning", "TrainJobResourcesCreationFailed", f"TrainJob resources reconciliation failed: {short}"
-        )
-    )
+    outcome.events.append(Event("Warning", "TrainJobResourcesCreationFailed", event_message))
     return outcome
