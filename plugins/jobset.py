@@ -1,29 +1,29 @@
 """JobSet: turns the runtime's template into the JobSet that runs the TrainJob, and reads its status.
 
-Also owns the runtime snapshot ConfigMap, which pins the runtime a TrainJob started with, and the
-admission checks on initializers and runtimePatches (they are about the JobSet template).
+Also owns the admission checks on initializers and runtimePatches (they are about the JobSet
+template).
 """
 
 from __future__ import annotations
 
 import re
+from functools import cache
 from typing import Any
 
 from trainer.admission.errors import FieldError, forbidden, internal, invalid
+from trainer.admission.quantities import Fields, canonicalize, quantity_fields
+from trainer.admission.structural import dns1123_subdomain
 from trainer.api import constants as c
-from trainer.api.quantity import resource_list_canonical
 from trainer.api.runtime import TrainingRuntimeSpec
 from trainer.runtime.hookspecs import hookimpl
 from trainer.runtime.info import Endpoints, Facts, Info, PodSet, ValidationContext
 from trainer.runtime.podspec import find, upsert_env
-from trainer.runtime.snapshot import snapshot_configmap
 
 Obj = dict[str, Any]
 
-# host/path with host a DNS-1123 subdomain: what upstream accepts as a runtime patch manager.
-_MANAGER = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/[A-Za-z0-9]([-A-Za-z0-9_./]*[A-Za-z0-9])?$"
-)
+# The path part of a domain-prefixed path (Kubernetes' IsDomainPrefixedPath, which upstream uses
+# for runtime patch managers).
+_HTTP_PATH = r"[A-Za-z0-9/\-._~%!$&'()*+,;=:]+"
 _ENVLESS_CONTAINERS = (c.DATASET_INITIALIZER, c.MODEL_INITIALIZER, c.NODE)
 
 
@@ -51,14 +51,7 @@ class JobSetPlugin:
                     template, c.MODEL_INITIALIZER, "modelConfig", spec.runtime_ref.name
                 )
         for i, patch in enumerate(spec.runtime_patches or []):
-            if not _MANAGER.match(patch.manager):
-                errors.append(
-                    invalid(
-                        f"spec.runtimePatches[{i}].manager",
-                        patch.manager,
-                        'must be a domain-prefixed path (such as "acme.io/foo")',
-                    )
-                )
+            errors += _check_manager(f"spec.runtimePatches[{i}].manager", patch.manager)
             errors += _check_patch_targets(ctx, i)
         if ctx.old is not None:
             errors += _check_patch_update(ctx)
@@ -80,18 +73,14 @@ class JobSetPlugin:
 
     @hookimpl
     def trainer_build(self, info: Info) -> list[Obj] | None:
-        objects: list[Obj] = []
-        if info.facts.get("ConfigMap", info.namespace, info.name + c.RUNTIME_SNAPSHOT_SUFFIX) is None:
-            objects.append(snapshot_configmap(info))
         existing = info.facts.get(c.JOBSET_KIND, info.namespace, info.name)
         if (
             existing is not None
             and not info.trainjob.spec.suspend
             and not (existing.get("spec") or {}).get("suspend")
         ):
-            return objects  # a running JobSet is never rewritten
-        objects.append(build_jobset(info))
-        return objects
+            return None  # a running JobSet is never rewritten
+        return [build_jobset(info)]
 
     @hookimpl
     def trainer_compute_status(self, trainjob: Obj, facts: Facts) -> Obj | None:
@@ -133,7 +122,7 @@ def build_jobset(info: Info) -> Obj:
                     **(pod_meta.get("annotations") or {}),
                     **info.scheduler.pod_annotations,
                 }
-        _canonical_resources(pod_set)
+    canonicalize(_jobset_quantity_fields(), spec)
     spec["suspend"] = trainjob.suspend
     metadata: Obj = {"name": info.name, "namespace": info.namespace}
     if info.labels:
@@ -144,6 +133,17 @@ def build_jobset(info: Info) -> Obj:
     return {"apiVersion": c.JOBSET_API_VERSION, "kind": c.JOBSET_KIND, "metadata": metadata, "spec": spec}
 
 
+def _check_manager(path: str, manager: str) -> list[FieldError]:
+    """``host/path`` with host a DNS-1123 subdomain, as Kubernetes checks a domain-prefixed path."""
+    host, slash, rest = manager.partition("/")
+    if not slash or not host or not rest:
+        return [invalid(path, manager, 'must be a domain-prefixed path (such as "acme.io/foo")')]
+    errors = [invalid(path, host, problem) for problem in dns1123_subdomain(host)]
+    if not re.fullmatch(_HTTP_PATH, rest):
+        errors.append(invalid(path, rest, f"Invalid path (regex used for validation is '{_HTTP_PATH}')"))
+    return errors
+
+
 def _apply_initializer(info: Info, pod_set: PodSet) -> None:
     initializer = info.trainjob.spec.initializer
     if initializer is None:
@@ -152,7 +152,7 @@ def _apply_initializer(info: Info, pod_set: PodSet) -> None:
     container = pod_set.container(pod_set.ancestor or "")
     if source is None or container is None:
         return
-    if source.storage_uri:
+    if source.storage_uri is not None:  # set, even when empty (upstream tests the pointer)
         upsert_env(container, [{"name": c.STORAGE_URI_ENV, "value": source.storage_uri}])
     if source.env:
         upsert_env(container, source.env)
@@ -172,18 +172,13 @@ def _apply_trainer_overrides(info: Info, node: Obj) -> None:
         node["args"] = list(trainer.args)
 
 
-def _canonical_resources(pod_set: PodSet) -> None:
-    """DECISIONS.md §9: quantities the SDK sends as numbers are written as Kubernetes strings."""
-    for container in [
-        *(pod_set.pod_spec.get("containers") or []),
-        *(pod_set.pod_spec.get("initContainers") or []),
-    ]:
-        resources = container.get("resources")
-        if not resources:
-            continue
-        for key in ("limits", "requests"):
-            if resources.get(key):
-                resources[key] = resource_list_canonical(resources[key])
+@cache
+def _jobset_quantity_fields() -> Fields | None:
+    """Where the JobSet spec holds quantities, read from the runtime CRD's template schema."""
+    from trainer.admission.admit import schemas
+
+    template = schemas()[c.TRAINING_RUNTIME_KIND]["properties"]["spec"]["properties"]["template"]
+    return quantity_fields(template["properties"]["spec"])
 
 
 def jobset_status(jobset: Obj) -> Obj:

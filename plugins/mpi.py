@@ -160,7 +160,9 @@ class MPIPlugin:
                         "both a launcher and a node replicated job",
                     )
                 )
-            implementation = IMPLEMENTATIONS.get(mpi.mpi_implementation)
+            # The empty implementation (which the schema admits and the launcher cannot run) keeps
+            # OpenMPI's reserved names, as upstream reserves them whatever the implementation.
+            implementation = IMPLEMENTATIONS.get(mpi.mpi_implementation or OPENMPI)
             reserved = implementation.reserved_env if implementation else ()
             used = sorted({str(var.get("name")) for var in trainer.env or [] if var.get("name") in reserved})
             if used:
@@ -169,7 +171,7 @@ class MPIPlugin:
                         "spec.trainer.env",
                         used,
                         f"must not have reserved envs, invalid envs configured: [{' '.join(used)}] "
-                        f"(reserved for {mpi.mpi_implementation})",
+                        f"(reserved for {implementation.name if implementation else ''})",
                     )
                 )
         if ctx.info is not None:

@@ -111,10 +111,16 @@ class Failing:
 
 def test_a_failing_plugin_stops_the_build_and_shows_on_status() -> None:
     cluster = render(runtime(ml_policy=TORCH), trainjob(), fw=fw.load(extra=[Failing()]))
-    assert [o["kind"] for o in cluster.output()] == ["TrainJob"], "nothing is written when a phase fails"
+    # Only the snapshot is written: it pins the runtime before any phase runs, as upstream's does.
+    assert [(o["kind"], o["metadata"]["name"]) for o in cluster.output()] == [
+        ("TrainJob", "job"),
+        ("ConfigMap", "job-runtime-snapshot"),
+    ]
     (cond,) = only(cluster, "TrainJob")["status"]["conditions"]
     assert cond["type"] == "ReconcileFailed" and cond["status"] == "True"
-    assert cond["message"] == "the pod spec cannot be enforced: no GPUs left"
+    assert cond["message"] == (
+        "TrainJob resources reconciliation failed: the pod spec cannot be enforced: no GPUs left"
+    ), "the condition carries the Event's message (DECISIONS.md §3)"
     assert any("TrainJobResourcesCreationFailed" in w for w in cluster.warnings)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from render_helpers import container, env, only, render, replicated_job, rjob, runtime, trainjob
+from render_helpers import ANCESTOR, container, env, only, render, replicated_job, rjob, runtime, trainjob
 
 from trainer.runtime import framework
 from trainer.runtime.info import Facts
@@ -362,3 +362,131 @@ def test_quantities_are_written_canonically() -> None:
         "memory": "2Gi",
     }
     assert env(container(only(cluster, "JobSet"), "node"))["PET_NPROC_PER_NODE"] == "2"
+
+
+def test_numbers_are_accepted_wherever_a_runtime_takes_a_quantity() -> None:
+    """DECISIONS.md §9 for runtimes too: `cpu: 0.5` is what a YAML author writes."""
+    pod = {
+        "containers": [
+            {"name": "node", "image": "i", "resources": {"requests": {"cpu": 2.5, "memory": 2**31}}}
+        ],
+        "initContainers": [{"name": "warm", "image": "i", "resources": {"limits": {"cpu": 0.25}}}],
+        "overhead": {"cpu": 0.1},
+        "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": 1_000_000}}],
+    }
+    claims = [
+        {"templates": [{"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": 2e9}}}}]}
+    ]
+    rt = runtime(
+        ml_policy=TORCH,
+        jobs=[
+            {
+                "name": "node",
+                "template": {
+                    "metadata": {"labels": {ANCESTOR: "trainer"}},
+                    "spec": {"template": {"spec": pod}},
+                },
+            }
+        ],
+    )
+    rt["spec"]["template"]["spec"]["volumeClaimPolicies"] = claims
+    cluster = render(rt, trainjob(trainer={}))
+    assert not cluster.refusals, [r.lines() for r in cluster.refusals]
+    stored = cluster.facts.get("ClusterTrainingRuntime", None, "rt")
+    stored_pod = stored["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
+        "spec"
+    ]
+    assert stored_pod["containers"][0]["resources"]["requests"] == {"cpu": "2500m", "memory": "2147483648"}, (
+        "the defaulting webhook writes numbers as quantity strings"
+    )
+    jobset = only(cluster, "JobSet")
+    out = rjob(jobset, "node")["template"]["spec"]["template"]["spec"]
+    assert out["containers"][0]["resources"]["requests"] == {"cpu": "2500m", "memory": "2147483648"}
+    assert out["initContainers"][0]["resources"]["limits"] == {"cpu": "250m"}
+    assert out["overhead"] == {"cpu": "100m"}
+    assert out["volumes"][0]["emptyDir"]["sizeLimit"] == "1M"
+    storage = jobset["spec"]["volumeClaimPolicies"][0]["templates"][0]["spec"]["resources"]["requests"]
+    assert storage == {"storage": "2G"}
+    assert env(container(jobset, "node"))["PET_NPROC_PER_NODE"] == "3"
+
+
+def test_trainjob_quantity_numbers_become_strings_and_updates_keep_stored_numbers() -> None:
+    from trainer.admission.admit import default_object
+
+    job = trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 4, "memory": 1.5e9}}})
+    cluster = render(runtime(ml_policy=TORCH), job)
+    requests = only(cluster, "TrainJob")["spec"]["trainer"]["resourcesPerNode"]["requests"]
+    assert requests == {"cpu": "4", "memory": "1500M"}
+    # An object stored before the defaulting webhook existed keeps its numbers on update, so the
+    # schema's immutability rules do not see a change the user never made.
+    stored = trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 4}}})
+    update = copy.deepcopy(stored)
+    update["spec"]["trainer"]["resourcesPerNode"]["requests"]["memory"] = 1024
+    default_object(update, stored, "1970-01-01T00:00:00Z")
+    assert update["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": 4, "memory": "1024"}
+
+
+def test_runtime_patches_get_the_time_they_last_changed() -> None:
+    rt = runtime(ml_policy=TORCH)
+    first = trainjob(
+        suspend=True,
+        runtimePatches=[
+            patch("x.io/a", {"nodeSelector": {"pool": "a"}}),
+            {**patch("x.io/b", {"nodeSelector": {"zone": "z"}}), "time": "2020-01-01T00:00:00Z"},
+        ],
+    )
+    cluster = render(rt, first, now="2026-01-01T00:00:00Z")
+    times = [p.get("time") for p in only(cluster, "TrainJob")["spec"]["runtimePatches"]]
+    assert times == ["2026-01-01T00:00:00Z", "2020-01-01T00:00:00Z"], "stamped on create, a given time kept"
+
+    # Re-applied later with a different time but the same content: the stored time stays, so a
+    # running TrainJob sees no change of its patches (W15 would refuse one).
+    running = trainjob(runtimePatches=[patch("x.io/a", {"nodeSelector": {"pool": "a"}})])
+    reapplied = copy.deepcopy(running)
+    reapplied["spec"]["runtimePatches"][0]["time"] = "2030-01-01T00:00:00Z"
+    cluster = render(rt, running, reapplied, now="2026-01-01T00:00:00Z")
+    assert not cluster.refusals, [r.lines() for r in cluster.refusals]
+    assert only(cluster, "TrainJob")["spec"]["runtimePatches"][0]["time"] == "2026-01-01T00:00:00Z"
+
+    changed = trainjob(suspend=True, runtimePatches=[patch("x.io/a", {"nodeSelector": {"pool": "b"}})])
+    cluster = render(rt, first, changed, now="2026-01-01T00:00:00Z")
+    (stamped,) = only(cluster, "TrainJob")["spec"]["runtimePatches"]
+    assert stamped["time"] == "2026-01-01T00:00:00Z"
+
+
+def test_runtime_patch_manager_is_a_domain_prefixed_path() -> None:
+    rt = runtime(ml_policy=TORCH)
+    for manager in ("acme.io/controller-", "acme.io/team:alpha", "kueue.x-k8s.io/multikueue"):
+        cluster = render(rt, trainjob(runtimePatches=[patch(manager, {"nodeSelector": {"a": "b"}})]))
+        assert not cluster.refusals, (manager, [r.lines() for r in cluster.refusals])
+    refused = {
+        "no-slash": 'must be a domain-prefixed path (such as "acme.io/foo")',
+        "Acme.io/x": "a lowercase RFC 1123 subdomain",
+        "acme.io/a b": "Invalid path (regex used for validation is",
+    }
+    for manager, words in refused.items():
+        (refusal,) = render(
+            rt, trainjob(runtimePatches=[patch(manager, {"nodeSelector": {"a": "b"}})])
+        ).refusals
+        assert words in refusal.lines()[0] and "spec.runtimePatches[0].manager" in refusal.lines()[0]
+
+
+def test_an_empty_storage_uri_is_still_set() -> None:
+    """Upstream tests the pointer: `storageUri: ""` writes an empty STORAGE_URI (T7 allows it)."""
+    init = replicated_job(
+        "dataset-initializer",
+        "dataset-initializer",
+        [
+            {
+                "name": "dataset-initializer",
+                "image": "i",
+                "volumeMounts": [{"name": "initializer", "mountPath": "/w"}],
+            }
+        ],
+    )
+    rt = runtime(ml_policy=TORCH, jobs=[init, replicated_job("node", "trainer")])
+    cluster = render(rt, trainjob(initializer={"dataset": {"storageUri": ""}}))
+    assert env(container(only(cluster, "JobSet"), "dataset-initializer", "dataset-initializer")) == {
+        "STORAGE_URI": ""
+    }
+

@@ -238,11 +238,28 @@ def test_each_implementation_has_its_env_and_hostfile_lines(
 
 def test_empty_implementation_is_a_clear_reconcile_error() -> None:
     cluster = rendered(mpi_runtime(implementation=""), trainer_job(numNodes=2))
-    assert [o["kind"] for o in cluster.output()] == ["TrainJob"], "nothing is written when the build fails"
+    kinds = [o["kind"] for o in cluster.output()]
+    assert kinds == ["TrainJob", "ConfigMap"], "only the runtime snapshot is written when the build fails"
     (cond,) = only(cluster, "TrainJob")["status"]["conditions"]
     assert cond["type"] == "ReconcileFailed" and cond["status"] == "True"
-    assert cond["message"].startswith("MPI implementation '' is not supported")
+    assert cond["message"].startswith(
+        "TrainJob resources reconciliation failed: MPI implementation '' is not supported"
+    )
     assert "spec.mlPolicy.mpi.mpiImplementation" in cond["message"] and "0x" not in cond["message"]
+
+
+def test_a_failed_first_build_pins_the_runtime_it_read() -> None:
+    """The snapshot is written before the phases run, so fixing the runtime later does not reach
+    a TrainJob whose first build failed (upstream writes it first too)."""
+    broken, fixed = mpi_runtime(implementation=""), mpi_runtime()
+    relabelled = trainer_job(numNodes=2)
+    relabelled["metadata"]["labels"] = {"try": "again"}
+    cluster = rendered(broken, trainer_job(numNodes=2), fixed, relabelled)
+    assert sorted(o["kind"] for o in cluster.output()) == ["ConfigMap", "TrainJob"]
+    snapshot = only(cluster, "ConfigMap", "alpha-runtime-snapshot")["data"]["runtime"]
+    assert "mpiImplementation: ''" in snapshot
+    (cond,) = only(cluster, "TrainJob")["status"]["conditions"]
+    assert cond["type"] == "ReconcileFailed"
 
 
 def test_empty_implementation_without_a_launcher_node_container_renders() -> None:
@@ -307,6 +324,17 @@ def test_slots(runtime_nproc: int, trainjob_extra: Obj, slots: int) -> None:
 def test_slots_from_runtime_gpus_when_the_trainjob_has_no_resources() -> None:
     rt = mpi_runtime(num_proc=1, node_resources={"limits": {"nvidia.com/gpu": "2"}})
     assert hostfile_of(rendered(rt, trainer_job(numNodes=1))) == "alpha-node-0-0.alpha slots=2\n"
+
+
+def test_an_empty_resources_block_is_the_one_slots_are_read_from() -> None:
+    """The first `node` container with a resources block counts, even an empty one (spec §2.3)."""
+    rt = mpi_runtime(num_proc=1, as_node=True, node_resources={})
+    launcher = rt["spec"]["template"]["spec"]["replicatedJobs"][1]
+    launcher["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {
+        "limits": {"nvidia.com/gpu": 4}
+    }
+    hostfile = hostfile_of(rendered(rt, trainer_job(numNodes=2)))
+    assert hostfile == "alpha-node-0-0.alpha slots=1\nalpha-launcher-0-0.alpha slots=1\n"
 
 
 # --- the SSH Secret ---
@@ -467,6 +495,8 @@ def test_reserved_env_is_refused_per_implementation() -> None:
     ]
     expected = {
         "OpenMPI": "[OMPI_MCA_orte_default_hostfile OMPI_MCA_plm_rsh_args]",
+        # The empty implementation the schema admits reserves OpenMPI's names, as upstream does.
+        "": "[OMPI_MCA_orte_default_hostfile OMPI_MCA_plm_rsh_args]",
         "Intel": "[I_MPI_HYDRA_HOST_FILE]",
         "MPICH": "[HYDRA_HOST_FILE]",
     }

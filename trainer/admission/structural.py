@@ -1243,7 +1243,8 @@ def _matches(pattern: str, text: str) -> bool:
     return re.fullmatch(pattern, text, re.ASCII) is not None
 
 
-def _dns1123_subdomain(value: str) -> list[str]:
+def dns1123_subdomain(value: str) -> list[str]:
+    """What is wrong with ``value`` as a DNS-1123 subdomain, in Kubernetes' words."""
     problems = []
     if len(value) > 253:
         problems.append("must be no more than 253 characters")
@@ -1296,7 +1297,7 @@ def _qualified_name(value: str) -> list[str]:
         if not prefix:
             problems.append("prefix part must be non-empty")
         else:
-            problems.extend("prefix part " + p for p in _dns1123_subdomain(prefix))
+            problems.extend("prefix part " + p for p in dns1123_subdomain(prefix))
     else:
         return [
             "a qualified name "
@@ -1362,11 +1363,11 @@ def validate_object_meta(
             if generate_name.endswith("-") and len(generate_name) > 1
             else generate_name
         )
-        for problem in _dns1123_subdomain(masked):
+        for problem in dns1123_subdomain(masked):
             errors.append(FieldError(f"{path}.generateName", INVALID, problem, generate_name))
     name = text_field("name")
     if name:
-        for problem in _dns1123_subdomain(name):
+        for problem in dns1123_subdomain(name):
             errors.append(FieldError(f"{path}.name", INVALID, problem, name))
     elif require_name and not generate_name:
         errors.append(FieldError(f"{path}.name", REQUIRED, "name or generateName is required"))

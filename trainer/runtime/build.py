@@ -105,7 +105,7 @@ def runtime_resources(info: Info) -> Obj | None:
     for pod_set in info.pod_sets:
         if pod_set.name == c.NODE or pod_set.ancestor == c.ANCESTOR_TRAINER:
             node = pod_set.container(c.NODE)
-            if node is not None and node.get("resources"):
+            if node is not None and node.get("resources") is not None:  # `{}` is a block too
                 resources: Obj = node["resources"]
                 return resources
     return None

@@ -219,23 +219,32 @@ class Info:
         )
 
     def owner_reference(self) -> Obj:
-        return {
-            "apiVersion": c.API_VERSION,
-            "kind": c.TRAINJOB_KIND,
-            "name": self.name,
-            "uid": self.trainjob.metadata.get("uid", ""),
-            "controller": True,
-            "blockOwnerDeletion": True,
-        }
+        return owner_reference(self.trainjob)
 
     def child_metadata(self, name: str) -> Obj:
-        """Metadata for an object this TrainJob owns: the owner and the label the operator watches."""
-        return {
-            "name": name,
-            "namespace": self.namespace,
-            "labels": {c.TRAINJOB_NAME_LABEL: self.name},
-            "ownerReferences": [self.owner_reference()],
-        }
+        return child_metadata(self.trainjob, name)
+
+
+def owner_reference(trainjob: TrainJob) -> Obj:
+    """The one owner reference every child of a TrainJob carries, so deletion cascades."""
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.TRAINJOB_KIND,
+        "name": trainjob.name,
+        "uid": trainjob.metadata.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def child_metadata(trainjob: TrainJob, name: str) -> Obj:
+    """Metadata for an object a TrainJob owns: the owner and the label the operator watches."""
+    return {
+        "name": name,
+        "namespace": trainjob.namespace,
+        "labels": {c.TRAINJOB_NAME_LABEL: trainjob.name},
+        "ownerReferences": [owner_reference(trainjob)],
+    }
 
 
 @dataclass

@@ -19,7 +19,7 @@ from trainer.runtime import conditions as cond
 from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts, Info, PluginError
-from trainer.runtime.snapshot import read_snapshot, snapshot_name
+from trainer.runtime.snapshot import read_snapshot, snapshot_configmap, snapshot_name
 
 Obj = dict[str, Any]
 
@@ -161,16 +161,17 @@ def _build(
     meta = trainjob_obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     spec = trainjob_obj["spec"]
-    snapshot = facts.get("ConfigMap", namespace, snapshot_name(meta.get("name", "")))
-    runtime_obj = (
-        read_snapshot(snapshot, trainjob_obj)
-        if snapshot is not None
-        else lookup_runtime(facts, spec.get("runtimeRef") or {}, namespace)
-    )
-    if snapshot is not None:
-        _check_snapshot_runtime(runtime_obj)
-    runtime = TrainingRuntime.view(runtime_obj)
     trainjob = TrainJob.view(trainjob_obj)
+    snapshot = facts.get("ConfigMap", namespace, snapshot_name(meta.get("name", "")))
+    if snapshot is not None:
+        runtime_obj = read_snapshot(snapshot, trainjob_obj)
+        _check_snapshot_runtime(runtime_obj)
+    else:
+        runtime_obj = lookup_runtime(facts, spec.get("runtimeRef") or {}, namespace)
+        # Pinned before anything else runs, as upstream does: a TrainJob whose first build fails
+        # keeps the runtime it was admitted with, and later edits of the runtime do not reach it.
+        outcome.objects.append(snapshot_configmap(trainjob, runtime_obj))
+    runtime = TrainingRuntime.view(runtime_obj)
     outcome.framework_label = ((runtime_obj.get("metadata") or {}).get("labels") or {}).get(c.FRAMEWORK_LABEL)
     missing = framework.missing_for(runtime.spec)
     if missing:
@@ -182,8 +183,9 @@ def _build(
     hook.trainer_enforce_pod_group_policy(info=info)
     hook.trainer_enforce_pod_spec(info=info)
     hook.trainer_pre_build_sync(info=info)
-    for built in hook.trainer_build(info=info):
-        outcome.objects.extend(built or [])
+    # Every object is built before any is written: a builder's error writes none of them.
+    built_objects = [obj for built in hook.trainer_build(info=info) for obj in built or []]
+    outcome.objects.extend(built_objects)
     return info
 
 
@@ -202,17 +204,16 @@ def _check_snapshot_runtime(runtime_obj: Obj) -> None:
 
 
 def _record_failure(outcome: Outcome, conditions: list[Obj], exc: Exception, now: str) -> None:
-    """DECISIONS.md §3: a retryable failure shows on status as well as in an Event."""
+    """DECISIONS.md §3: a retryable failure shows on status, with the message of its Event."""
     message = str(exc)
     outcome.error = message
     short = message if len(message) <= 950 else message[:950] + " ..."
-    outcome.events.append(
-        Event("Warning", EVENT_RESOURCES_FAILED, f"TrainJob resources reconciliation failed: {short}")
-    )
+    event_message = f"TrainJob resources reconciliation failed: {short}"
+    outcome.events.append(Event("Warning", EVENT_RESOURCES_FAILED, event_message))
     reason = c.REASON_RUNTIME_NOT_FOUND if isinstance(exc, RuntimeNotFound) else EVENT_RESOURCES_FAILED
     cond.set_condition(
         conditions,
-        {"type": c.COND_RECONCILE_FAILED, "status": "True", "reason": reason, "message": short},
+        {"type": c.COND_RECONCILE_FAILED, "status": "True", "reason": reason, "message": event_message},
         now,
     )
 
@@ -265,7 +266,8 @@ def _check_deadline(trainjob_obj: Obj, status: Obj, outcome: Outcome, now: str) 
         )
         meta = trainjob_obj.get("metadata") or {}
         outcome.delete.append((c.JOBSET_KIND, meta.get("namespace") or "default", meta.get("name", "")))
-        outcome.objects = []
+        # Upstream applies the children, then deletes the JobSet; not creating it comes to the same.
+        outcome.objects = [obj for obj in outcome.objects if obj.get("kind") != c.JOBSET_KIND]
     else:
         outcome.requeue_after = max(1.0, (deadline - current).total_seconds())
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
-from trainer.runtime.info import Info, PluginError
+from trainer.api.trainjob import TrainJob
+from trainer.runtime.info import PluginError, child_metadata
 
 Obj = dict[str, Any]
 
@@ -37,12 +38,12 @@ def _dump(runtime: Obj) -> str:
     return str(yaml.dump(kept, Dumper=dumper, sort_keys=False))
 
 
-def snapshot_configmap(info: Info) -> Obj:
+def snapshot_configmap(trainjob: TrainJob, runtime: Obj) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": info.child_metadata(snapshot_name(info.name)),
-        "data": {c.RUNTIME_SNAPSHOT_KEY: _dump(info.runtime_obj)},
+        "metadata": child_metadata(trainjob, snapshot_name(trainjob.name)),
+        "data": {c.RUNTIME_SNAPSHOT_KEY: _dump(runtime)},
     }
 
 
