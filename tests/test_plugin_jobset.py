@@ -490,3 +490,31 @@ def test_an_empty_storage_uri_is_still_set() -> None:
         "STORAGE_URI": ""
     }
 
+
+def test_a_jobset_given_after_its_trainjob_reaches_the_trainjob_status() -> None:
+    """As the operator's JobSet watch does: the TrainJob is reconciled again when its JobSet changes."""
+    rt = runtime(ml_policy=TORCH)
+    built = copy.deepcopy(only(render(rt, trainjob()), "JobSet"))
+    built["status"] = {
+        "conditions": [
+            {
+                "type": "Failed",
+                "status": "True",
+                "reason": "FailedJobs",
+                "message": "jobset failed due to one or more job failures",
+                "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }
+        ],
+        "replicatedJobsStatus": [
+            {"name": "node", "ready": 0, "succeeded": 0, "failed": 1, "active": 0, "suspended": 0}
+        ],
+    }
+    unrelated = copy.deepcopy(built)
+    unrelated["metadata"]["name"] = "other"
+    cluster = render(rt, trainjob(), unrelated)
+    assert "status" not in only(cluster, "TrainJob"), "a JobSet of another name is not this TrainJob's"
+    cluster.apply(built)
+    status = only(cluster, "TrainJob")["status"]
+    assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Failed", "FailedJobs")]
+    assert status["jobsStatus"][0]["failed"] == 1
+    assert only(cluster, "JobSet")["spec"]["replicatedJobs"][0]["name"] == "node"

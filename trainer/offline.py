@@ -110,6 +110,11 @@ class OfflineCluster:
             if kind != "PriorityClass":
                 meta.setdefault("namespace", "default")
             self.facts.put(fact)
+            owner = self._trainjob_of(fact)
+            if owner is not None:
+                # The operator reconciles a TrainJob when one of its children changes: a JobSet
+                # whose status is given after its TrainJob reaches the TrainJob's status.
+                self._reconcile(owner)
         else:
             name = (obj.get("metadata") or {}).get("name", "")
             self.notes.append(f"Note: ignoring {kind} {name!r}: trainer render does not use this kind")
@@ -186,8 +191,6 @@ class OfflineCluster:
         return self.facts.get(kind, namespace, name)
 
     def _store_trainjob(self, admitted: Obj, old: Obj | None) -> None:
-        from trainer.runtime.render import reconcile
-
         meta = admitted["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         if old is not None:
@@ -199,11 +202,24 @@ class OfflineCluster:
             meta["uid"] = trainjob_uid(namespace, name)
             meta["creationTimestamp"] = self.now
         self.trainjobs[(namespace, name)] = admitted
+        self._reconcile(admitted)
+
+    def _reconcile(self, admitted: Obj) -> None:
+        from trainer.runtime.render import reconcile
+
+        meta = admitted["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
         outcome = reconcile(admitted, self.facts, self.framework, self.now, seed=render_seed(meta["uid"]))
         written = self.children.setdefault((namespace, name), {})
         for child in outcome.objects:
             child_meta = child["metadata"]
-            self.facts.put(child)
+            known = self.facts.get(child["kind"], namespace, child_meta["name"], Facts.group_of(child))
+            if known is not None and "status" in known:
+                # Writing an object leaves its status alone (the status subresource), so a JobSet
+                # given with its status keeps it when the TrainJob rewrites the JobSet's spec.
+                self.facts.put({**child, "status": known["status"]})
+            else:
+                self.facts.put(child)
             written[(child["apiVersion"], child["kind"], child_meta["name"])] = child
         for kind, ns, child_name in outcome.delete:
             self.facts.remove(kind, ns, child_name)
@@ -216,6 +232,19 @@ class OfflineCluster:
         self.warnings.extend(
             f"Warning: {e.reason}: {e.message}" for e in outcome.events if e.type == "Warning"
         )
+
+    def _trainjob_of(self, fact: Obj) -> Obj | None:
+        """The applied TrainJob a cluster object belongs to, as the operator's watches map it:
+        its JobSet has the TrainJob's name; other children carry a TrainJob owner reference."""
+        meta = fact["metadata"]
+        namespace = meta.get("namespace") or "default"
+        if fact.get("kind") == c.JOBSET_KIND:
+            return self.trainjobs.get((namespace, meta["name"]))
+        refs = meta.get("ownerReferences")
+        for ref in refs if isinstance(refs, list) else []:
+            if isinstance(ref, dict) and ref.get("kind") == c.TRAINJOB_KIND and ref.get("controller"):
+                return self.trainjobs.get((namespace, str(ref.get("name"))))
+        return None
 
     def output(self) -> list[Obj]:
         """Each TrainJob once, in first-applied order, then its children in a fixed order."""
