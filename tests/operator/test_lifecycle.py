@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from operator_helpers import TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
+from operator_helpers import OPERATOR_USER, TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
 
 from trainer.controller.embedded import EmbeddedOperator
 from trainer.testing.apiserver import LocalAPIServer
@@ -87,6 +87,9 @@ def test_deleted_jobset_recreated_while_running_not_after_finish(
         what="a new JobSet",
     )
     assert second["spec"]["replicatedJobs"][0]["name"] == "node"
+    registry = operator.operator.metrics.registry
+    created = registry.get_sample_value("trainer_trainjobs_created_total", {"framework": "torch"})
+    assert created == 1, "a re-created JobSet is not another TrainJob created"
 
     cluster.create(trainjob("short", trainer={"env": RUN_FAST}))
     wait_for(lambda: conditions(cluster, "short").get("Complete", ("",))[0] == "True", what="Complete")
@@ -117,6 +120,8 @@ def test_missing_runtime_shows_on_status_and_recovers(
         lambda: get_or_none(cluster, JS, "JobSet", "waiting"), what="the JobSet after the runtime appeared"
     )
     wait_for(lambda: "ReconcileFailed" not in conditions(cluster, "waiting"), what="the condition removed")
+    refused = [r for r in cluster.audit.records if r.user == OPERATOR_USER and r.status >= 400]
+    assert refused == [], "removing the only condition removes the status whole (it needs a property)"
 
 
 def test_restart_mid_lifecycle_converges_without_duplicate_writes(
@@ -136,3 +141,49 @@ def test_restart_mid_lifecycle_converges_without_duplicate_writes(
             lambda: cluster.get(JS, "JobSet", "survivor")["spec"]["suspend"] is False,
             what="resumed after restart",
         )
+
+
+def test_children_the_watches_do_not_see_are_read_once_not_retried_forever(
+    cluster: LocalAPIServer, operator: EmbeddedOperator
+) -> None:
+    """Objects without our label (made by hand, by upstream's operator) exist but never reach our
+    label-selected watches: a create that meets one reads it instead of retrying in a loop."""
+    foreign = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "taken-runtime-snapshot"}}
+    cluster.create({**foreign, "data": {"runtime": "kind: ClusterTrainingRuntime"}})
+    cluster.create(trainjob("taken"))
+    wait_for(lambda: "ReconcileFailed" in conditions(cluster, "taken"), what="ReconcileFailed")
+    tj = cluster.get(TJ, "TrainJob", "taken")
+    failed = next(c for c in tj["status"]["conditions"] if c["type"] == "ReconcileFailed")
+    assert "owned by another object" in failed["message"]
+
+    # An SSH Secret that exists is used as it is, labelled or not (mpi-gang-lifecycle.md §2.5).
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "ds-mpi-ssh-auth"},
+        "type": "kubernetes.io/ssh-auth",
+        "data": {"ssh-privatekey": "a2V5", "ssh-publickey": "cHVi"},
+    }
+    cluster.create(secret)
+    cluster.create(trainjob("ds", runtime="deepspeed-distributed", trainer={"numNodes": 2}))
+    wait_for(lambda: get_or_none(cluster, JS, "JobSet", "ds"), what="the JobSet of an MPI TrainJob")
+    assert cluster.get("v1", "Secret", "ds-mpi-ssh-auth")["data"] == secret["data"]
+    conflicts = [r for r in cluster.audit.records if r.user == OPERATOR_USER and r.status == 409]
+    assert len(conflicts) <= 2, [(r.resource, r.name) for r in conflicts]
+
+
+def test_configmaps_and_secrets_are_watched_through_a_label_selector(
+    cluster: LocalAPIServer, operator: EmbeddedOperator
+) -> None:
+    cluster.create(trainjob("watched", suspend=True))
+    wait_for(lambda: "Suspended" in conditions(cluster, "watched"), what="Suspended")
+    reads = [
+        r
+        for r in cluster.audit.records
+        if r.user == OPERATOR_USER and r.resource in ("configmaps", "secrets") and r.verb in ("list", "watch")
+    ]
+    assert {r.resource for r in reads if r.verb == "watch"} == {"configmaps", "secrets"}
+    unfiltered = [
+        r.path for r in reads if "labelSelector=trainer.kubeflow.org" not in r.path.replace("%2F", "/")
+    ]
+    assert unfiltered == [], "the API server, not the operator, filters the Secrets it sends"

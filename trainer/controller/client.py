@@ -248,7 +248,15 @@ class ApiClient:
         return await self.request("DELETE", rtype.path(namespace, name), body)
 
     async def list(
-        self, rtype: ResourceType, namespace: str | None = None, label_selector: str | None = None
+        self,
+        rtype: ResourceType,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
     ) -> Obj:
-        params = {"labelSelector": label_selector} if label_selector else None
-        return await self.request("GET", rtype.path(namespace), params=params)
+        params = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        return await self.request("GET", rtype.path(namespace), params=params or None)

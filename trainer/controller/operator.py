@@ -318,6 +318,10 @@ class Operator:
         return registry
 
     def configure(self, settings: kopf.OperatorSettings) -> None:
+        # The API server filters the ConfigMaps and Secrets it sends us: a handler's `labels=`
+        # filters only after kopf has received every Secret of the cluster, keys and all.
+        for plural in ("configmaps", "secrets"):
+            settings.watching.label_selectors["v1", plural] = c.TRAINJOB_NAME_LABEL
         webhook = self.config.webhook
         if webhook.enabled:
             certfile = pkeyfile = None

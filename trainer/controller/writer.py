@@ -106,10 +106,17 @@ class Writer:
                 except ApiError as exc:
                     if exc.code != 409:
                         raise
-                    # Our cache is behind: the watch will bring the object and a new reconcile.
-                    raise StaleCache(
-                        f"{obj['kind']} {meta['name']} exists but is not in the cache yet"
-                    ) from exc
+                    # The object exists but our cache lacks it: the watch is behind, or it is one
+                    # our label-selected watches never see (made by hand, or by another operator).
+                    # Read it once (LIST by name: the rights we already hold), so the next
+                    # reconcile judges it: ours gets our label by patch, a foreign snapshot is
+                    # refused on status, an existing SSH Secret is used.
+                    found = await self.client.list(
+                        rtype, meta.get("namespace"), field_selector=f"metadata.name={meta['name']}"
+                    )
+                    for item in found.get("items") or []:
+                        self.cache.observe(_with_kind(item, obj))
+                    raise StaleCache(f"{obj['kind']} {meta['name']} exists but was not in the cache") from exc
                 self.cache.observe(_with_kind(stored, obj))
                 report.created.append(obj)
                 continue
@@ -141,7 +148,11 @@ class Writer:
         if patch is None:
             return None
         meta = trainjob["metadata"]
-        body = {"metadata": {"resourceVersion": meta.get("resourceVersion")}, "status": patch}
+        # The CRD's status needs at least one property: one with nothing left goes whole.
+        body = {
+            "metadata": {"resourceVersion": meta.get("resourceVersion")},
+            "status": patch if desired else None,
+        }
         stored = await self.client.patch(
             TRAINJOBS,
             meta.get("namespace"),
