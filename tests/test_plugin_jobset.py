@@ -518,3 +518,14 @@ def test_a_jobset_given_after_its_trainjob_reaches_the_trainjob_status() -> None
     assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Failed", "FailedJobs")]
     assert status["jobsStatus"][0]["failed"] == 1
     assert only(cluster, "JobSet")["spec"]["replicatedJobs"][0]["name"] == "node"
+
+
+def test_a_finished_trainjob_keeps_no_reconcile_failure() -> None:
+    cluster = render(runtime(ml_policy=TORCH), trainjob())
+    tj = copy.deepcopy(only(cluster, "TrainJob"))
+    stale = {"type": "ReconcileFailed", "status": "True", "reason": "ResourcesRefused", "message": "x"}
+    failed = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "y"}
+    tj["status"] = {"conditions": [{**stale, "lastTransitionTime": "1970-01-01T00:00:00Z"}, failed]}
+    outcome = reconcile(tj, Facts(), framework.default(), "1970-01-01T00:00:09Z")
+    assert [c["type"] for c in outcome.status["conditions"]] == ["Failed"]
+    assert outcome.objects == []

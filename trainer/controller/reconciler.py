@@ -113,6 +113,10 @@ class Reconciler:
         self.metrics = metrics
         self.writer = Writer(client, cache)
         self.queue = WorkQueue()
+        # TrainJob key -> uid of the TrainJob whose JobSet creation was counted: a JobSet
+        # re-created for a running TrainJob is not another TrainJob created (nor a sample of the
+        # creation-to-JobSet latency).
+        self._counted: dict[TrainJobKey, str] = {}
 
     async def worker(self) -> None:
         while True:
@@ -157,6 +161,7 @@ class Reconciler:
         """One reconcile of one TrainJob. Returns when to look again: seconds, "backoff", or None."""
         trainjob = self.cache.trainjob(key)
         if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
+            self._counted.pop(key, None)
             return None
         outcome = reconcile(trainjob, self.cache, self.framework, utc_now())
         if outcome.skipped:
@@ -178,6 +183,9 @@ class Reconciler:
             # again, from then-current facts, when the key comes back.
             self._tell(trainjob, outcome, report, status_written=False)
             return STATUS_RETRY_SECONDS
+        except ApiError:
+            self._tell(trainjob, outcome, report, status_written=False)  # the children were written
+            raise
         self._tell(trainjob, outcome, report)
         if write_error is not None or outcome.error is not None:
             return "backoff"
@@ -198,8 +206,13 @@ class Reconciler:
         for obj in report.created:
             if obj["kind"] == c.JOBSET_KIND:
                 notes.append(("Normal", "JobSetCreated", f"Created JobSet {obj['metadata']['name']}"))
+                meta = trainjob["metadata"]
+                key = (meta.get("namespace") or "default", meta["name"])
+                if self._counted.get(key) == meta.get("uid"):
+                    continue
+                self._counted[key] = meta.get("uid", "")
                 self.metrics.created.labels(framework=framework).inc()
-                created = trainjob["metadata"].get("creationTimestamp")
+                created = meta.get("creationTimestamp")
                 if created:
                     self.metrics.creation_to_jobset.observe(
                         max(0.0, (datetime.now(UTC) - parse_time(created)).total_seconds())

@@ -117,7 +117,10 @@ def reconcile(
         return outcome
 
     finished = cond.is_finished(status)
-    if not finished:
+    if finished:
+        # Nothing is reconciled any more, so nothing can fail to be (DECISIONS.md §4).
+        cond.remove(conditions, c.COND_RECONCILE_FAILED)
+    else:
         try:
             _build(trainjob_obj, facts, framework, now, outcome, seed)
         except (PluginError, RuntimeNotFound) as exc:
