@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
             operator = EmbeddedOperator(operator_config, webhooks=True).start()
             print("The operator is running in this process, with its admission webhooks.")
         else:
-            print(f"Run the operator against it: KUBECONFIG={path} trainer run")
+            command = _operator_command(server, path)
+            print(f"Run the operator against it, as its ServiceAccount, with its webhooks:\n  {command}")
         print(f"Kubeconfig: {path}")
         print(f"  export KUBECONFIG={path}")
         print("  kubectl get clustertrainingruntimes")
@@ -77,3 +78,34 @@ def main(argv: list[str] | None = None) -> int:
             operator.stop()
         server.stop()
     return 0
+
+
+def _operator_command(server: object, path: Path) -> str:
+    """Write what `trainer run` needs to serve this sandbox; return the command that runs it.
+
+    The operator registers its own webhook configurations here (the chart ships them on a
+    cluster), on free local ports, with a self-signed certificate it makes at start-up.
+    """
+    import yaml
+
+    from trainer.testing.apiserver import LocalAPIServer
+    from trainer.testing.apiserver.server import free_port
+
+    assert isinstance(server, LocalAPIServer)
+    server.add_user(OPERATOR_USER)
+    kubeconfig = server.write_kubeconfig(path.with_name(path.name + ".operator"), user=OPERATOR_USER)
+    config = {
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+        "kind": "Configuration",
+        "webhook": {
+            "host": "127.0.0.1",
+            "port": free_port(),
+            "advertiseHost": "127.0.0.1",
+            "manageConfiguration": True,
+        },
+        "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
+    }
+    config_path = path.with_name(path.name + ".operator.yaml")
+    config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return f"KUBECONFIG={kubeconfig} trainer run --config {config_path}"

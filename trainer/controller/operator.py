@@ -71,6 +71,7 @@ class Operator:
     serve_metrics: bool = True
     kubeconfig: str | None = None
     cert_reloader: Any = None
+    _certs: Any = None  # a TemporaryDirectory holding a self-signed certificate, when we made one
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -122,6 +123,9 @@ class Operator:
             await self.recorder.stop()
         if self.client is not None:
             await self.client.close()
+        if self._certs is not None:
+            self._certs.cleanup()
+            self._certs = None
 
     async def _check_prerequisites(self) -> None:
         assert self.client is not None
@@ -324,14 +328,12 @@ class Operator:
             settings.watching.label_selectors["v1", plural] = c.TRAINJOB_NAME_LABEL
         webhook = self.config.webhook
         if webhook.enabled:
-            certfile = pkeyfile = None
-            context = None
-            if webhook.cert_dir:
-                from trainer.controller.certs import CertificateReloader
+            from trainer.controller.certs import CertificateReloader
 
-                certfile, pkeyfile = f"{webhook.cert_dir}/tls.crt", f"{webhook.cert_dir}/tls.key"
-                self.cert_reloader = CertificateReloader(certfile, pkeyfile)
-                context = self.cert_reloader.context
+            cert_dir = webhook.cert_dir or self._self_signed(webhook.advertise_host)
+            certfile, pkeyfile = f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"
+            self.cert_reloader = CertificateReloader(certfile, pkeyfile)
+            context = self.cert_reloader.context
             settings.admission.server = kopf.WebhookServer(
                 addr=webhook.host,
                 port=webhook.port,
@@ -342,6 +344,25 @@ class Operator:
             )
             if webhook.manage_configuration:
                 settings.admission.managed = "trainer.kubeflow.org"
+
+    def _self_signed(self, advertise_host: str | None) -> str:
+        """A certificate for a run without one (outside the chart, which mounts one).
+
+        kopf would make one only with an optional package (certbuilder); ours uses cryptography,
+        which the operator depends on anyway. The API server trusts it through the caBundle of the
+        configurations the operator manages (webhook.manageConfiguration).
+        """
+        import tempfile
+        from pathlib import Path
+
+        from trainer.controller.certs import write_self_signed
+
+        certs = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
+        self._certs = certs
+        hosts = sorted({advertise_host or "localhost", "localhost", "127.0.0.1"})
+        write_self_signed(Path(certs.name), hosts)
+        logger.info("webhooks: no certDir configured; serving a self-signed certificate for %s", hosts)
+        return certs.name
 
     async def run(
         self,
