@@ -501,7 +501,7 @@ def test_a_jobset_given_after_its_trainjob_reaches_the_trainjob_status() -> None
                 "type": "Failed",
                 "status": "True",
                 "reason": "FailedJobs",
-                "message": "jobset failed due to one or more job failures",
+                "message": "jobset failed due to one or more job failures (first failed job: job-node-0)",
                 "lastTransitionTime": "2026-01-01T00:00:00Z",
             }
         ],

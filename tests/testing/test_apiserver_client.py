@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client, watch
 
+from trainer.testing import sandbox
 from trainer.testing.apiserver import LocalAPIServer
+
+_PODGROUP_CRD = Path(sandbox.__file__).with_name("crds") / "scheduling.x-k8s.io_podgroups.json"
 
 
 def _cm(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
@@ -20,6 +25,14 @@ def _cm(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[st
 def _status(err: client.ApiException) -> dict[str, Any]:
     body: dict[str, Any] = json.loads(err.body)
     return body
+
+
+def _served(custom: client.CustomObjectsApi, args: tuple[str, ...]) -> bool:
+    try:
+        custom.list_namespaced_custom_object(*args)
+    except client.ApiException:
+        return False
+    return True
 
 
 def wait_for(predicate: Any, timeout: float = 10.0) -> Any:
@@ -457,3 +470,182 @@ def test_unauthenticated_requests_are_refused(apiserver: LocalAPIServer) -> None
     with pytest.raises(urllib.error.HTTPError) as err:
         urllib.request.urlopen(req, context=ctx)
     assert err.value.code == 401
+
+
+def test_dry_run_in_delete_options_deletes_nothing(
+    apiserver: LocalAPIServer, kube_client: client.ApiClient
+) -> None:
+    """kubectl ``delete --dry-run=server`` sends dryRun in the DeleteOptions body, not the query."""
+    core = client.CoreV1Api(kube_client)
+    dry = client.V1DeleteOptions(dry_run=["All"])
+    core.create_namespaced_config_map("default", _cm("a", {"app": "x"}))
+    core.create_namespaced_config_map("default", _cm("b", {"app": "x"}))
+    core.create_namespaced_config_map("default", {"metadata": {"name": "held", "finalizers": ["x/hold"]}})
+    before = apiserver.audit.count(mutated=True)
+    out = json.loads(core.delete_namespaced_config_map("a", "default", body=dry, _preload_content=False).data)
+    assert out["status"] == "Success" and out["details"]["name"] == "a"
+    held = json.loads(
+        core.delete_namespaced_config_map("held", "default", body=dry, _preload_content=False).data
+    )
+    assert held["metadata"]["deletionTimestamp"]  # the object as the delete would leave it
+    core.delete_collection_namespaced_config_map("default", label_selector="app=x", body=dry)
+    names = sorted(i.metadata.name for i in core.list_namespaced_config_map("default").items)
+    assert names == ["a", "b", "held"]
+    assert core.read_namespaced_config_map("held", "default").metadata.deletion_timestamp is None
+    assert apiserver.audit.count(mutated=True) == before
+
+
+def test_generation_only_for_kinds_that_have_it(
+    trainer_apiserver: LocalAPIServer, kube_client: client.ApiClient
+) -> None:
+    core = client.CoreV1Api(kube_client)
+    ns = core.create_namespace({"metadata": {"name": "team"}})
+    cm = core.create_namespaced_config_map("default", _cm("a", k="1"))
+    secret = core.create_namespaced_secret("default", {"metadata": {"name": "s"}, "stringData": {"k": "v"}})
+    sa = core.create_namespaced_service_account("default", {"metadata": {"name": "sa"}})
+    event = core.create_namespaced_event(
+        "default",
+        {"metadata": {"name": "e"}, "involvedObject": {"kind": "ConfigMap", "name": "a"}, "reason": "R"},
+    )
+    for obj in (ns, cm, secret, sa, event):
+        assert obj.metadata.generation is None, obj.kind
+    cm = core.patch_namespaced_config_map("a", "default", {"data": {"k": "2"}})
+    assert cm.metadata.generation is None
+    custom = client.CustomObjectsApi(kube_client)
+    pg = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "g"},
+        "spec": {"minMember": 1},
+    }
+    args = ("scheduling.x-k8s.io", "v1alpha1", "default", "podgroups")
+    assert custom.create_namespaced_custom_object(*args, pg)["metadata"]["generation"] == 1
+    patched = custom.patch_namespaced_custom_object(*args, "g", {"spec": {"minMember": 2}})
+    assert patched["metadata"]["generation"] == 2
+    job = trainer_apiserver.create(_job("j", restart_policy="Never", suspend=True))
+    assert job["metadata"]["generation"] == 1
+
+
+def _job(name: str, restart_policy: str | None = None, **spec: Any) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "containers": [
+            {"name": "c", "image": "busybox:1", "env": [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]}
+        ]
+    }
+    if restart_policy is not None:
+        pod_spec["restartPolicy"] = restart_policy
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"template": {"spec": pod_spec}, **spec},
+    }
+
+
+def test_custom_resource_update_needs_a_resource_version(kube_client: client.ApiClient) -> None:
+    """Custom resources do not allow unconditional updates."""
+    custom = client.CustomObjectsApi(kube_client)
+    args = ("scheduling.x-k8s.io", "v1alpha1", "default", "podgroups")
+    pg = {
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+        "kind": "PodGroup",
+        "metadata": {"name": "g"},
+        "spec": {"minMember": 1},
+    }
+    client.ApiextensionsV1Api(kube_client).create_custom_resource_definition(
+        json.loads((_PODGROUP_CRD).read_text())
+    )
+    wait_for(lambda: _served(custom, args))
+    custom.create_namespaced_custom_object(*args, pg)
+    pg["spec"]["minMember"] = 2
+    with pytest.raises(client.ApiException) as err:
+        custom.replace_namespaced_custom_object(*args, "g", pg)
+    status = _status(err.value)
+    assert (err.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == (
+        'PodGroup.scheduling.x-k8s.io "g" is invalid: metadata.resourceVersion: Invalid value: 0x0:'
+        " must be specified for an update"
+    )
+    assert status["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "message": "Invalid value: 0x0: must be specified for an update",
+            "field": "metadata.resourceVersion",
+        }
+    ]
+
+
+def test_no_new_finalizers_on_an_object_being_deleted(kube_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(kube_client)
+    core.create_namespaced_config_map("default", {"metadata": {"name": "a", "finalizers": ["x/hold"]}})
+    core.delete_namespaced_config_map("a", "default")
+    with pytest.raises(client.ApiException) as err:
+        core.patch_namespaced_config_map(
+            "a", "default", {"metadata": {"finalizers": ["x/hold", "z/more", "y/more"]}}
+        )
+    status = _status(err.value)
+    assert (err.value.status, status["reason"]) == (422, "Invalid")
+    assert status["message"] == (
+        'ConfigMap.core "a" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if'
+        ' the object is being deleted, found new finalizers []string{"y/more", "z/more"}'
+    )
+    assert status["details"]["causes"][0]["field"] == "metadata.finalizers"
+
+
+def test_create_in_a_terminating_namespace_names_the_object(kube_client: client.ApiClient) -> None:
+    core = client.CoreV1Api(kube_client)
+    core.create_namespace({"metadata": {"name": "ns"}})
+    core.create_namespaced_config_map("ns", {"metadata": {"name": "held", "finalizers": ["x/hold"]}})
+    core.delete_namespace("ns")
+    with pytest.raises(client.ApiException) as err:
+        core.create_namespaced_config_map("ns", _cm("x"))
+    status = _status(err.value)
+    assert (err.value.status, status["reason"]) == (403, "Forbidden")
+    assert status["message"] == (
+        'configmaps "x" is forbidden: unable to create new content in namespace ns because it is being'
+        " terminated"
+    )
+    assert status["details"]["name"] == "x"
+    assert status["details"]["causes"][0]["reason"] == "NamespaceTerminating"
+
+
+@pytest.mark.parametrize("restart_policy", [None, "Always"])
+def test_job_needs_a_restart_policy(apiserver: LocalAPIServer, restart_policy: str | None) -> None:
+    from trainer.testing.apiserver import APIError
+
+    with pytest.raises(APIError) as err:
+        apiserver.create(_job("j", restart_policy=restart_policy))
+    assert (err.value.code, err.value.reason) == (422, "Invalid")
+    assert err.value.message == (
+        'Job.batch "j" is invalid: spec.template.spec.restartPolicy: Required value: valid values:'
+        ' "OnFailure", "Never"'
+    )
+
+
+def test_job_gets_a_generated_selector_and_its_pods_carry_it(apiserver: LocalAPIServer) -> None:
+    created = apiserver.create(_job("j", restart_policy="Never", parallelism=2, completions=2))
+    uid = created["metadata"]["uid"]
+    assert created["spec"]["selector"] == {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
+    assert created["spec"]["template"]["metadata"]["labels"] == {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": "j",
+        "controller-uid": uid,
+        "job-name": "j",
+    }
+    apiserver.create(_job("j2", restart_policy="Never"))
+    pods = wait_for(
+        lambda: (
+            found
+            if len(found := [p for p in apiserver.list("v1", "Pod", "default") if p["metadata"]["name"]]) == 3
+            else None
+        )
+    )
+    mine = [p for p in pods if p["metadata"]["labels"].get("batch.kubernetes.io/controller-uid") == uid]
+    assert len(mine) == 2
+    for pod in mine:
+        meta = pod["metadata"]
+        assert meta["labels"]["job-name"] == "j" and meta["labels"]["controller-uid"] == uid
+        # A NonIndexed Job's pods: <job>-<5 random characters>, no completion index.
+        assert re.fullmatch(r"j-[a-z0-9]{5}", meta["name"]), meta["name"]
+        assert "batch.kubernetes.io/job-completion-index" not in meta["labels"]
+        assert "batch.kubernetes.io/job-completion-index" not in (meta.get("annotations") or {})

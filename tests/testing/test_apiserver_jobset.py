@@ -155,7 +155,10 @@ def test_failure_policy_restarts_then_fails(trainer_apiserver: LocalAPIServer) -
     )
     server.create(jobset("fp", failing, failurePolicy={"maxRestarts": 1}))
     failed = wait_for(lambda: condition(server, "fp", "Failed"))
-    assert failed["reason"] == "ReachedMaxRestarts"
+    assert (failed["reason"], failed["message"]) == (
+        "ReachedMaxRestarts",
+        "jobset failed due to reaching max number of restarts (first failed job: fp-node-0)",
+    )
     status = server.get(JS, "JobSet", "fp")["status"]
     assert status["restarts"] == 1 and status["terminalState"] == "Failed"
     attempts = {
@@ -176,8 +179,9 @@ def test_failed_without_restarts(trainer_apiserver: LocalAPIServer) -> None:
     failed = wait_for(lambda: condition(server, "f", "Failed"))
     assert (failed["reason"], failed["message"]) == (
         "FailedJobs",
-        "jobset failed due to one or more job failures",
+        "jobset failed due to one or more job failures (first failed job: f-node-0)",
     )
+    assert server.get(JS, "JobSet", "f")["status"]["terminalState"] == "Failed"
     job = server.get("batch/v1", "Job", "f-node-0")
     reasons = {c["type"]: c["reason"] for c in job["status"]["conditions"]}
     assert reasons["Failed"] == "BackoffLimitExceeded"
@@ -246,3 +250,147 @@ def test_managed_by_other_controller_is_left_alone(trainer_apiserver: LocalAPISe
     server.create(jobset("mk", rjob("node"), managedBy="kueue.x-k8s.io/multikueue"))
     time.sleep(0.5)
     assert server.list("batch/v1", "Job", "default") == []
+
+
+def running_pod(server: LocalAPIServer, name: str, attempt: int) -> dict[str, Any]:
+    """The Running pod of JobSet ``name``'s restart ``attempt``."""
+    found: list[dict[str, Any]] = wait_for(
+        lambda: [
+            p
+            for p in pods(server, name)
+            if p["status"]["phase"] == "Running"
+            and p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] == str(attempt)
+        ]
+    )
+    return found[0]
+
+
+def fail_pod(server: LocalAPIServer, pod: dict[str, Any]) -> None:
+    server.patch(
+        "v1", "Pod", pod["metadata"]["name"], {"status": {"phase": "Failed"}}, subresource="status", user="t"
+    )
+
+
+def test_max_restarts_zero_fails_at_once(trainer_apiserver: LocalAPIServer) -> None:
+    """A failurePolicy, even with maxRestarts 0, fails with ReachedMaxRestarts, not FailedJobs."""
+    server = trainer_apiserver
+    failing = rjob(
+        "node", env={"SANDBOX_RUN_SECONDS": "0.1", "SANDBOX_EXIT_CODE": "1"}, job={"backoffLimit": 0}
+    )
+    server.create(jobset("z", failing, failurePolicy={"maxRestarts": 0}))
+    failed = wait_for(lambda: condition(server, "z", "Failed"))
+    assert (failed["reason"], failed["message"]) == (
+        "ReachedMaxRestarts",
+        "jobset failed due to reaching max number of restarts (first failed job: z-node-0)",
+    )
+    status = server.get(JS, "JobSet", "z")["status"]
+    assert status["restarts"] == 0 and status["terminalState"] == "Failed"
+
+
+def test_only_restarts_counting_towards_max_are_compared(trainer_apiserver: LocalAPIServer) -> None:
+    """maxRestarts bounds restartsCountTowardsMax: restarts that did not count (a
+    RestartJobSetAndIgnoreMaxRestarts rule's, here written by the test) do not fail the JobSet."""
+    server = trainer_apiserver
+    held = rjob("node", env={"SANDBOX_RUN_SECONDS": "-1"}, job={"backoffLimit": 0})
+    server.create(jobset("rc", held, failurePolicy={"maxRestarts": 1}))
+    running_pod(server, "rc", 0)
+    server.run(server.jobset.idle())
+    server.patch(
+        JS, "JobSet", "rc", {"status": {"restarts": 2, "restartsCountTowardsMax": 0}}, subresource="status"
+    )
+    fail_pod(server, running_pod(server, "rc", 2))
+    fail_pod(server, running_pod(server, "rc", 3))  # the failure above restarted the JobSet
+    failed = wait_for(lambda: condition(server, "rc", "Failed"))
+    assert (failed["reason"], failed["message"]) == (
+        "ReachedMaxRestarts",
+        "jobset failed due to reaching max number of restarts (first failed job: rc-node-0)",
+    )
+    status = server.get(JS, "JobSet", "rc")["status"]
+    assert (status["restarts"], status["restartsCountTowardsMax"]) == (3, 1)
+
+
+@pytest.mark.parametrize(
+    ("spec", "field", "message"),
+    [
+        (
+            {"replicatedJobs": [rjob("init", dependsOn=[{"name": "node", "status": "Ready"}]), rjob("node")]},
+            "spec.replicatedJobs[0].dependsOn",
+            "DependsOn can't be set for the first ReplicatedJob",
+        ),
+        (
+            {
+                "replicatedJobs": [
+                    rjob("init"),
+                    rjob("node", dependsOn=[{"name": "launcher", "status": "Complete"}]),
+                    rjob("launcher"),
+                ]
+            },
+            "spec.replicatedJobs[1].dependsOn[0].name",
+            "replicatedJob: node cannot depend on replicatedJob: launcher",
+        ),
+        (
+            {
+                "replicatedJobs": [
+                    rjob("init"),
+                    rjob("node", dependsOn=[{"name": "missing", "status": "Ready"}]),
+                ],
+            },
+            "spec.replicatedJobs[1].dependsOn[0].name",
+            "replicatedJob: node cannot depend on replicatedJob: missing",
+        ),
+        (
+            {
+                "replicatedJobs": [rjob("node")],
+                "successPolicy": {"operator": "All", "targetReplicatedJobs": ["x"]},
+            },
+            "spec.successPolicy.targetReplicatedJobs[0]",
+            "invalid replicatedJob name 'x' does not appear in .spec.ReplicatedJobs",
+        ),
+    ],
+)
+def test_webhook_refuses_bad_references_on_create(
+    trainer_apiserver: LocalAPIServer, spec: dict[str, Any], field: str, message: str
+) -> None:
+    obj = jobset("bad", **spec)
+    with pytest.raises(APIError) as err:
+        trainer_apiserver.create(obj)
+    assert (err.value.code, err.value.reason) == (422, "Invalid")
+    assert f"{field}: " in err.value.message and message in err.value.message
+    assert err.value.details is not None
+    assert [c["field"] for c in err.value.details["causes"]] == [field]
+    assert trainer_apiserver.list(JS, "JobSet", "default") == []
+
+
+def test_group_and_global_replica_labels(trainer_apiserver: LocalAPIServer) -> None:
+    server = trainer_apiserver
+    held = {"SANDBOX_RUN_SECONDS": "-1"}
+    server.create(
+        jobset(
+            "g",
+            rjob("a", replicas=2, env=held, groupName="slice"),
+            rjob("b", replicas=1, env=held, groupName="slice"),
+            rjob("c", replicas=2, env=held),
+        )
+    )
+    wait_for(lambda: len(pods(server, "g")) == 5)
+    marks = {
+        "jobset.sigs.k8s.io/global-replicas",
+        "jobset.sigs.k8s.io/group-name",
+        "jobset.sigs.k8s.io/group-replicas",
+        "jobset.sigs.k8s.io/job-group-index",
+    }
+    expected = {
+        "g-a-1": ("5", "slice", "3", "1"),
+        "g-b-0": ("5", "slice", "3", "2"),
+        "g-c-1": ("5", "default", "2", "1"),
+    }
+    jobs = {j["metadata"]["name"]: j for j in server.list("batch/v1", "Job", "default")}
+    by_job = {p["metadata"]["labels"]["batch.kubernetes.io/job-name"]: p for p in pods(server, "g")}
+    for name, values in expected.items():
+        want = dict(zip(sorted(marks), values, strict=True))
+        job = jobs[name]
+        for where in (job["metadata"]["labels"], job["metadata"]["annotations"]):
+            assert {k: where[k] for k in marks} == want, name
+        pod = by_job[name]["metadata"]
+        assert {k: pod["labels"][k] for k in marks} == want, name
+        assert {k: pod["annotations"][k] for k in marks} == want, name

@@ -260,3 +260,44 @@ def test_get_watch_streams_tables(kubectl: Kubectl, apiserver: LocalAPIServer) -
 def test_install_helpers_are_idempotent_per_server(apiserver: LocalAPIServer) -> None:
     names = install_crds(apiserver)
     assert "jobsets.jobset.x-k8s.io" in names and "trainjobs.trainer.kubeflow.org" in names
+
+
+def test_delete_dry_run_server_deletes_nothing(kubectl: Kubectl, apiserver: LocalAPIServer) -> None:
+    """kubectl sends the dry run in the DeleteOptions body."""
+    for name in ("a", "b"):
+        cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "labels": {"app": "x"}}}
+        kubectl.run("create", "-f", "-", stdin=json.dumps(cm))
+    out = kubectl.run("delete", "configmap", "a", "--dry-run=server").stdout
+    assert 'configmap "a" deleted (server dry run)' in out
+    kubectl.run("delete", "configmaps", "-l", "app=x", "--dry-run=server")
+    assert sorted(i["metadata"]["name"] for i in kubectl.json("get", "configmaps")["items"]) == ["a", "b"]
+
+
+JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: {name}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+      - name: c
+        image: busybox:1
+        command: [echo, {name}]
+        env:
+        - name: SANDBOX_RUN_SECONDS
+          value: "-1"
+"""
+
+
+def test_logs_of_a_job_are_its_pods_logs(kubectl: Kubectl, apiserver: LocalAPIServer) -> None:
+    """``kubectl logs job/NAME`` finds the Job's pods by the selector the API server generated."""
+    kubectl.run("create", "-f", "-", stdin=JOB.format(name="first"))
+    kubectl.run("create", "-f", "-", stdin=JOB.format(name="second"))
+    kubectl.run(
+        "wait", "--for=jsonpath={.status.phase}=Running", "pod", "-l", "job-name=second", "--timeout=10s"
+    )
+    logs = kubectl.run("logs", "job/second").stdout
+    assert "command: echo second" in logs and "command: echo first" not in logs

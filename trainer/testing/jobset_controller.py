@@ -23,7 +23,7 @@ import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from trainer.admission.errors import FieldError, invalid
+from trainer.admission.errors import FieldError, forbidden, invalid
 from trainer.testing.apiserver.core import generate_suffix, now
 from trainer.testing.apiserver.errors import APIError
 from trainer.testing.apiserver.storage import Event, Key, Obj
@@ -53,8 +53,19 @@ JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 JOBSET_UID = "jobset.sigs.k8s.io/jobset-uid"
+GLOBAL_REPLICAS = "jobset.sigs.k8s.io/global-replicas"
+GROUP_NAME = "jobset.sigs.k8s.io/group-name"
+GROUP_REPLICAS = "jobset.sigs.k8s.io/group-replicas"
+JOB_GROUP_INDEX = "jobset.sigs.k8s.io/job-group-index"
+DEFAULT_GROUP = "default"  # the CRD's default for replicatedJobs[].groupName
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+
+# JobSet's condition reasons and messages (sigs.k8s.io/jobset/pkg/constants).
+FAILED_JOBS_REASON = "FailedJobs"
+FAILED_JOBS_MESSAGE = "jobset failed due to one or more job failures"
+REACHED_MAX_RESTARTS_REASON = "ReachedMaxRestarts"
+REACHED_MAX_RESTARTS_MESSAGE = "jobset failed due to reaching max number of restarts"
 
 RUN_SECONDS_ENV = "SANDBOX_RUN_SECONDS"
 EXIT_CODE_ENV = "SANDBOX_EXIT_CODE"
@@ -71,7 +82,10 @@ def jobset_defaults(js: Obj) -> None:
         jspec = rjob.setdefault("template", {}).setdefault("spec", {})
         jspec.setdefault("completionMode", "Indexed")
         pspec = jspec.setdefault("template", {}).setdefault("spec", {})
-        pspec.setdefault("restartPolicy", "OnFailure")
+        # A batch Job's pods must say how they restart (Job validation refuses none, and Always):
+        # JobSet makes the choice for a template that does not.
+        if not pspec.get("restartPolicy"):
+            pspec["restartPolicy"] = "OnFailure"
     network = spec.setdefault("network", {})
     network.setdefault("enableDNSHostnames", True)
     network.setdefault("publishNotReadyAddresses", True)
@@ -81,10 +95,58 @@ def jobset_defaults(js: Obj) -> None:
 
 
 def jobset_validate(js: Obj, old: Obj | None) -> list[FieldError]:
+    """JobSet's validating webhook: its create rules, then its update rule."""
+    if old is None:
+        return _validate_create(js)
+    return _validate_update(js, old)
+
+
+def _validate_create(js: Obj) -> list[FieldError]:
+    """The references between replicatedJobs that JobSet refuses to store: a dependency must name
+    an earlier replicatedJob (the first can have none), a success target an existing one.
+
+    The messages are JobSet's; each error names the field it is about.
+    """
+    spec = js.get("spec") or {}
+    rjobs = spec.get("replicatedJobs") or []
+    errors: list[FieldError] = []
+    if rjobs and rjobs[0].get("dependsOn") is not None:
+        errors.append(
+            forbidden(
+                "spec.replicatedJobs[0].dependsOn", "DependsOn can't be set for the first ReplicatedJob"
+            )
+        )
+    seen: set[str] = set()
+    for i, rjob in enumerate(rjobs):
+        seen.add(rjob.get("name", ""))  # as JobSet does: the replicatedJob itself counts as seen
+        if i == 0:
+            continue
+        for j, dep in enumerate(rjob.get("dependsOn") or []):
+            if dep.get("name") not in seen:
+                errors.append(
+                    invalid(
+                        f"spec.replicatedJobs[{i}].dependsOn[{j}].name",
+                        dep.get("name"),
+                        f"replicatedJob: {rjob.get('name')} cannot depend on replicatedJob: {dep.get('name')}",
+                    )
+                )
+    names = {r.get("name") for r in rjobs}
+    targets = (spec.get("successPolicy") or {}).get("targetReplicatedJobs") or []
+    for k, target in enumerate(targets):
+        if target not in names:
+            errors.append(
+                invalid(
+                    f"spec.successPolicy.targetReplicatedJobs[{k}]",
+                    target,
+                    f"invalid replicatedJob name '{target}' does not appear in .spec.ReplicatedJobs",
+                )
+            )
+    return errors
+
+
+def _validate_update(js: Obj, old: Obj) -> list[FieldError]:
     """JobSet's update rule: replicatedJobs are immutable, except the pod-template fields Kueue needs
     while the JobSet is (or is being) suspended."""
-    if old is None:
-        return []
     new_rjobs = (js.get("spec") or {}).get("replicatedJobs") or []
     old_rjobs = (old.get("spec") or {}).get("replicatedJobs") or []
     suspended = bool((old.get("spec") or {}).get("suspend")) or bool((js.get("spec") or {}).get("suspend"))
@@ -154,6 +216,36 @@ def _true(obj: Obj, ctype: str) -> bool:
     )
 
 
+def _failure_verdict(spec: Obj, status: Obj, failed: list[Obj]) -> tuple[str, str] | None:
+    """How JobSet answers failed Jobs: ``None`` to restart, else the Failed condition's reason and
+    message.
+
+    Without a failurePolicy the first failure fails the JobSet; with one (``maxRestarts`` 0 too)
+    it restarts until ``restartsCountTowardsMax`` reaches ``maxRestarts`` (restarts that do not
+    count, from RestartJobSetAndIgnoreMaxRestarts rules, are in ``restarts`` only). Both messages
+    name the Job that failed first, as JobSet's do.
+    """
+    policy = spec.get("failurePolicy")
+    first = _first_failed(failed)
+    if policy is None:
+        return FAILED_JOBS_REASON, f"{FAILED_JOBS_MESSAGE} (first failed job: {first})"
+    if int(status.get("restartsCountTowardsMax") or 0) < int(policy.get("maxRestarts") or 0):
+        return None
+    return REACHED_MAX_RESTARTS_REASON, f"{REACHED_MAX_RESTARTS_MESSAGE} (first failed job: {first})"
+
+
+def _first_failed(jobs: list[Obj]) -> str:
+    """The name of the Job whose Failed condition is the oldest (by name among equal times)."""
+
+    def failed_at(job: Obj) -> str:
+        for c in (job.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "Failed" and c.get("status") == "True":
+                return str(c.get("lastTransitionTime") or "")
+        return ""
+
+    return str(min(jobs, key=lambda j: (failed_at(j), j["metadata"]["name"]))["metadata"]["name"])
+
+
 def _control(container: Obj) -> tuple[float, int]:
     env = {e.get("name"): e.get("value") for e in container.get("env") or [] if isinstance(e, dict)}
     try:
@@ -165,6 +257,27 @@ def _control(container: Obj) -> tuple[float, int]:
     except ValueError:
         code = 1
     return seconds, code
+
+
+def _replicated_jobs(js: Obj) -> list[Obj]:
+    return list((js.get("spec") or {}).get("replicatedJobs") or [])
+
+
+def _group_marks(js: Obj, rjob: Obj, index: int) -> dict[str, str]:
+    """The group labels of one Job: its replicatedJob's group, the replicas of all the group's
+    replicatedJobs, and the Job's index among them (counted in spec order, as the global index is)."""
+    group = rjob.get("groupName") or DEFAULT_GROUP
+    members = [r for r in _replicated_jobs(js) if (r.get("groupName") or DEFAULT_GROUP) == group]
+    before = 0
+    for r in members:
+        if r.get("name") == rjob.get("name"):
+            break
+        before += int(r.get("replicas", 1))
+    return {
+        GROUP_NAME: group,
+        GROUP_REPLICAS: str(sum(int(r.get("replicas", 1)) for r in members)),
+        JOB_GROUP_INDEX: str(before + index),
+    }
 
 
 def main_container(pod_spec: Obj) -> Obj:
@@ -238,9 +351,11 @@ class JobSetController:
                 self._enqueue("jobset", ns, owner)
             self._enqueue("job", ns, meta["name"])
         elif ev.key == PODS:
-            job = (meta.get("labels") or {}).get("batch.kubernetes.io/job-name")
-            if job:
-                self._enqueue("job", ns, job)
+            # The owning Job by its controller reference, as the Job controller finds it (a Job
+            # with a manual selector gives its pods no job-name label).
+            for ref in meta.get("ownerReferences") or []:
+                if ref.get("kind") == "Job" and ref.get("controller"):
+                    self._enqueue("job", ns, ref["name"])
             self._pod_event(ev)
 
     async def _run(self) -> None:
@@ -350,18 +465,13 @@ class JobSetController:
         status.setdefault("restarts", restarts)
         failed = [j for j in current if _true(j, "Failed")]
         if failed:
-            policy = spec.get("failurePolicy") or {}
-            max_restarts = int(policy.get("maxRestarts") or 0)
-            if restarts < max_restarts:
+            verdict = _failure_verdict(spec, status, failed)
+            if verdict is None:
                 status["restarts"] = restarts + 1
                 status["restartsCountTowardsMax"] = int(status.get("restartsCountTowardsMax") or 0) + 1
                 await self._write_status(js, status)
                 return
-            reason, message = (
-                ("ReachedMaxRestarts", "jobset failed due to reaching max number of restarts")
-                if max_restarts > 0
-                else ("FailedJobs", "jobset failed due to one or more job failures")
-            )
+            reason, message = verdict
             conditions = _set_condition(conditions, _condition("Failed", "True", reason, message, conditions))
             status["terminalState"] = "Failed"
         elif self._succeeded(spec, by_rjob):
@@ -474,11 +584,13 @@ class JobSetController:
             JOBSET_NAME: jsname,
             RJOB_NAME: rjob["name"],
             RJOB_REPLICAS: str(int(rjob.get("replicas", 1))),
+            GLOBAL_REPLICAS: str(sum(int(r.get("replicas", 1)) for r in _replicated_jobs(js))),
             JOB_INDEX: str(index),
             JOB_GLOBAL_INDEX: str(global_index),
             JOB_KEY: job_key,
             RESTART_ATTEMPT: str(restarts),
             JOBSET_UID: meta["uid"],
+            **_group_marks(js, rjob, index),
         }
         labels = {**(tmeta.get("labels") or {}), **marks}
         annotations = {**(tmeta.get("annotations") or {}), **marks}
@@ -526,7 +638,10 @@ class JobSetController:
         completions = _int(spec.get("completions"), _int(spec.get("parallelism"), 1))
         parallelism = _int(spec.get("parallelism"), 1)
         backoff = _int(spec.get("backoffLimit"), 6)
-        succeeded = {self._index(p) for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"}
+        indexed = spec.get("completionMode") == "Indexed"
+        done = [p for p in pods if (p.get("status") or {}).get("phase") == "Succeeded"]
+        # Indexed: the completed indexes; NonIndexed: each succeeded pod counts once.
+        succeeded = {self._index(p) for p in done} if indexed else set(range(len(done)))
         failed_pods = sum(1 for p in pods if (p.get("status") or {}).get("phase") == "Failed")
         restarts = sum(
             int(c.get("restartCount") or 0)
@@ -586,19 +701,13 @@ class JobSetController:
                 succeeded=len(succeeded),
                 failed=failures,
                 completionTime=now(),
-                completedIndexes=_ranges(succeeded),
                 terminating=0,
             )
+            if indexed:
+                status["completedIndexes"] = _ranges(succeeded)
             await self._job_status(job, status)
             return
-        active_indexes = {self._index(p) for p in active}
-        for index in range(completions):
-            if len(active_indexes) >= parallelism:
-                break
-            if index in succeeded or index in active_indexes:
-                continue
-            await self._create_pod(job, index)
-            active_indexes.add(index)
+        running = await self._start_pods(job, active, succeeded, completions, parallelism, indexed)
         ready = sum(
             1
             for p in active
@@ -608,18 +717,48 @@ class JobSetController:
             )
         )
         status.update(
-            active=len(active_indexes),
+            active=running,
             ready=ready,
             succeeded=len(succeeded),
             failed=failures,
             terminating=0,
             uncountedTerminatedPods={},
         )
-        if succeeded:
+        if succeeded and indexed:
             status["completedIndexes"] = _ranges(succeeded)
         if conditions:
             status["conditions"] = conditions
         await self._job_status(job, status)
+
+    async def _start_pods(
+        self,
+        job: Obj,
+        active: list[Obj],
+        succeeded: set[int],
+        completions: int,
+        parallelism: int,
+        indexed: bool,
+    ) -> int:
+        """Create the pods the Job lacks, up to ``parallelism`` running; returns how many run.
+
+        An Indexed Job runs one pod per index not yet completed; a NonIndexed one runs as many
+        interchangeable pods as completions are still missing.
+        """
+        if not indexed:
+            running = len(active)
+            while running < min(parallelism, completions - len(succeeded)):
+                await self._create_pod(job, None)
+                running += 1
+            return running
+        active_indexes = {self._index(p) for p in active}
+        for index in range(completions):
+            if len(active_indexes) >= parallelism:
+                break
+            if index in succeeded or index in active_indexes:
+                continue
+            await self._create_pod(job, index)
+            active_indexes.add(index)
+        return len(active_indexes)
 
     @staticmethod
     def _index(pod: Obj) -> int:
@@ -633,31 +772,30 @@ class JobSetController:
             JOB_USER, JOBS, meta["namespace"], meta["name"], {"status": status}, "status"
         )
 
-    async def _create_pod(self, job: Obj, index: int) -> None:
+    async def _create_pod(self, job: Obj, index: int | None) -> None:
+        """One pod from the Job's template, which carries the Job's selector labels (the API
+        server put them there); an Indexed Job's pod (``index`` set) also gets its index and
+        the name and hostname it implies."""
         import copy
 
         meta = job["metadata"]
         tmpl = copy.deepcopy(((job.get("spec") or {}).get("template")) or {})
         pmeta = tmpl.get("metadata") or {}
         pspec = tmpl.get("spec") or {}
-        uid = meta["uid"]
-        labels = {
-            **(pmeta.get("labels") or {}),
-            "batch.kubernetes.io/controller-uid": uid,
-            "batch.kubernetes.io/job-name": meta["name"],
-            "controller-uid": uid,
-            "job-name": meta["name"],
-            COMPLETION_INDEX: str(index),
-        }
-        annotations = {**(pmeta.get("annotations") or {}), COMPLETION_INDEX: str(index)}
-        if pspec.get("subdomain"):
-            pspec["hostname"] = f"{meta['name']}-{index}"
+        labels = dict(pmeta.get("labels") or {})
+        annotations = dict(pmeta.get("annotations") or {})
+        name = f"{meta['name']}-{generate_suffix()}"
+        if index is not None:
+            labels[COMPLETION_INDEX] = annotations[COMPLETION_INDEX] = str(index)
+            name = f"{meta['name']}-{index}-{generate_suffix()}"
+            if pspec.get("subdomain"):
+                pspec["hostname"] = f"{meta['name']}-{index}"
         pspec["nodeName"] = NODE_NAME
         pod = {
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "name": f"{meta['name']}-{index}-{generate_suffix()}",
+                "name": name,
                 "namespace": meta["namespace"],
                 "labels": labels,
                 "annotations": annotations,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from trainer.admission.errors import FieldError
+from trainer.admission.errors import FieldError, GoValue, forbidden, invalid, required
 from trainer.testing.apiserver import defaults, errors, patching, ssa, validation
 from trainer.testing.apiserver.audit import AuditLog, AuditRecord
 from trainer.testing.apiserver.errors import APIError
@@ -175,7 +175,8 @@ class Core:
         meta = obj["metadata"]
         meta.setdefault("uid", str(uuid.uuid4()))
         meta.setdefault("creationTimestamp", now())
-        meta["generation"] = 1
+        if rt.has_generation:
+            meta["generation"] = 1
         meta["resourceVersion"] = str(self.store.next_rv())
         self.store.put(rt.key, obj, None)
         return obj
@@ -200,30 +201,33 @@ class Core:
             raise errors.not_found(rt.plural, rt.group, name)
         return obj
 
-    def _check_namespace(self, rt: ResourceType, namespace: str, creating: bool) -> None:
+    def _check_namespace(self, rt: ResourceType, namespace: str, name: str) -> None:
+        """A namespaced create needs its namespace, and one that is not being terminated.
+
+        The refusal names the object, as NamespaceLifecycle admission does, so a client can tell
+        which of its creates was refused.
+        """
         if not rt.namespaced:
             return
         ns = self.store.get(("", "namespaces"), "", namespace)
         if ns is None:
             raise errors.not_found("namespaces", "", namespace)
-        if creating and ns["metadata"].get("deletionTimestamp"):
-            raise APIError(
-                403,
-                "Forbidden",
-                f'{errors.qualified(rt.plural, rt.group)} "{""}" is forbidden: unable to create new content in'
-                f" namespace {namespace} because it is being terminated",
-                {
-                    "kind": rt.plural,
-                    "group": rt.group,
-                    "causes": [
-                        {
-                            "reason": "NamespaceTerminating",
-                            "message": f"namespace {namespace} is being terminated",
-                            "field": "metadata.namespace",
-                        }
-                    ],
-                },
+        if ns["metadata"].get("deletionTimestamp"):
+            err = errors.forbidden(
+                rt.plural,
+                rt.group,
+                name,
+                f"unable to create new content in namespace {namespace} because it is being terminated",
             )
+            assert err.details is not None
+            err.details["causes"] = [
+                {
+                    "reason": "NamespaceTerminating",
+                    "message": f"namespace {namespace} is being terminated",
+                    "field": "metadata.namespace",
+                }
+            ]
+            raise err
 
     def _manager(self, ctx: Ctx) -> str:
         return ctx.field_manager or ssa.manager_from_user_agent(ctx.user_agent)
@@ -294,11 +298,14 @@ class Core:
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + generate_suffix()
         ctx.name = meta.get("name", "")
-        self._check_namespace(rt, ctx.namespace, creating=True)
+        self._check_namespace(rt, ctx.namespace, ctx.name)
         for k in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
             meta.pop(k, None)
         meta["creationTimestamp"] = now()
-        meta["generation"] = 1
+        if rt.has_generation:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
         if rt.has_status:
             obj.pop("status", None)
             if rt.plural == "pods" and not rt.group:
@@ -325,9 +332,7 @@ class Core:
             meta.pop("managedFields")
         ctx.status = 201
         if ctx.dry_run:
-            meta["uid"] = str(uuid.uuid4())
             return self.view(rt, obj)
-        meta["uid"] = str(uuid.uuid4())
         self._before_store(rt, obj, None)
         meta["resourceVersion"] = str(self.store.next_rv())
         obj["apiVersion"] = (rt.storage_version and f"{rt.group}/{rt.storage_version}") or rt.api_version
@@ -384,6 +389,8 @@ class Core:
             mutator(obj)
         if not rt.builtin:
             validation.default_and_prune(rt, obj, "Ignore", [])
+        if operation == "CREATE":
+            self._prepare_for_create(rt, obj)
         validation.validate(rt, obj, old, builtin_errors)
         validator = self.validators.get(rt.key)
         if validator is not None and ctx.subresource != "status":
@@ -396,6 +403,15 @@ class Core:
             await self.webhooks.validate(ctx, rt, operation, obj, old)
         return obj
 
+    @staticmethod
+    def _prepare_for_create(rt: ResourceType, obj: Obj) -> None:
+        """What the registry does between mutating admission and validation: the uid, then what
+        a kind derives from it (a Job's generated selector), so validation and the validating
+        webhooks see both, as on a real server."""
+        obj["metadata"]["uid"] = str(uuid.uuid4())
+        if rt.builtin:
+            defaults.prepare_for_create(rt.plural, rt.group, obj)
+
     # -- update / patch --------------------------------------------------------------------------
     async def update(self, ctx: Ctx, body: Obj) -> Obj:
         rt = ctx.rt
@@ -407,6 +423,15 @@ class Core:
         if meta.get("name") and meta["name"] != ctx.name:
             raise errors.bad_request("the name of the object does not match the name on the URL")
         rv = meta.get("resourceVersion")
+        if not rv and not rt.builtin:
+            # Custom resources do not allow unconditional updates (the apiextensions registry
+            # says so); the value is Go's %#v of the missing uint64.
+            raise errors.invalid(
+                rt.kind,
+                rt.group,
+                ctx.name,
+                [invalid("metadata.resourceVersion", GoValue("0x0"), "must be specified for an update")],
+            )
         if not rv:
             raise APIError(
                 422,
@@ -549,15 +574,7 @@ class Core:
             else:
                 new.pop("status", None)
         if ometa.get("deletionTimestamp"):
-            # Finalizers may only be removed from an object being deleted, never added.
-            added = set(meta.get("finalizers") or []) - set(ometa.get("finalizers") or [])
-            if added:
-                raise errors.forbidden(
-                    rt.plural,
-                    rt.group,
-                    ctx.name,
-                    "no new finalizers can be added if the object is being deleted",
-                )
+            self._check_no_new_finalizers(rt, ctx.name, meta, ometa)
         new = await self._admit(ctx, rt, new, self.view(rt, old), "UPDATE")
         meta = new["metadata"]
         if managed_fields is not None:
@@ -584,7 +601,7 @@ class Core:
                 )
         if not meta.get("managedFields"):
             meta.pop("managedFields", None)
-        if _spec_changed(old, new):
+        if rt.has_generation and _spec_changed(old, new):
             meta["generation"] = int(ometa.get("generation", 1)) + 1
         if _same(old, new, rt):
             return self.view(rt, old)
@@ -602,12 +619,34 @@ class Core:
         ctx.mutated = True
         return self.view(rt, new)
 
+    @staticmethod
+    def _check_no_new_finalizers(rt: ResourceType, name: str, meta: Obj, ometa: Obj) -> None:
+        """Finalizers may only be removed from an object being deleted, never added: a validation
+        error (422 Invalid, as ValidateObjectMetaUpdate reports it), not an authorization one."""
+        added = sorted(set(meta.get("finalizers") or []) - set(ometa.get("finalizers") or []))
+        if added:
+            found = "[]string{" + ", ".join(json.dumps(f) for f in added) + "}"
+            raise errors.invalid(
+                rt.kind,
+                rt.group,
+                name,
+                [
+                    forbidden(
+                        "metadata.finalizers",
+                        "no new finalizers can be added if the object is being deleted, found new"
+                        f" finalizers {found}",
+                    )
+                ],
+            )
+
     # -- delete --------------------------------------------------------------------------------
     async def delete(self, ctx: Ctx, options: dict[str, Any]) -> Obj:
         rt = ctx.rt
         assert rt is not None
         if ctx.subresource:
             raise errors.method_not_allowed()
+        if dry_run_requested(options):
+            ctx.dry_run = True
         old = self._existing(rt, ctx.namespace, ctx.name)
         pre = options.get("preconditions") or {}
         if pre.get("uid") and pre["uid"] != old["metadata"]["uid"]:
@@ -671,6 +710,8 @@ class Core:
     ) -> ObjList:
         rt = ctx.rt
         assert rt is not None
+        if dry_run_requested(options):
+            ctx.dry_run = True
         ns = ctx.namespace if rt.namespaced and ctx.namespace else None
         out = []
         for obj in list(self.store.iter(rt.key, ns)):
@@ -702,8 +743,6 @@ class Core:
         names = spec.get("names") or {}
         group = spec.get("group", "")
         errs = []
-        from trainer.admission.errors import invalid, required
-
         if not names.get("plural"):
             errs.append(required("spec.names.plural", ""))
         if not names.get("kind"):
@@ -879,6 +918,13 @@ class Core:
             user_agent=user,
             field_manager=field_manager or user.rsplit(":", 1)[-1],
         )
+
+
+def dry_run_requested(options: dict[str, Any]) -> bool:
+    """Whether DeleteOptions ask for a dry run: kubectl ``delete --dry-run=server`` sends
+    ``dryRun: ["All"]`` in the body, not in the query."""
+    value = options.get("dryRun")
+    return isinstance(value, list) and "All" in value
 
 
 def _ns_finalizers(rt: ResourceType, obj: Obj) -> bool:

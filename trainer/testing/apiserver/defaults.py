@@ -52,7 +52,9 @@ def apply(plural: str, group: str, obj: dict[str, Any]) -> None:
         spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
         tmpl = spec.get("template")
         if isinstance(tmpl, dict) and isinstance(tmpl.get("spec"), dict):
-            pod_spec(tmpl["spec"], "Never")
+            # PodSpec defaulting makes an unset restartPolicy Always, which Job validation then
+            # refuses ("Required value"): a Job must say OnFailure or Never itself.
+            pod_spec(tmpl["spec"])
     elif plural == "deployments" and group == "apps":
         spec.setdefault("replicas", 1)
         spec.setdefault("revisionHistoryLimit", 10)
@@ -73,3 +75,47 @@ def apply(plural: str, group: str, obj: dict[str, Any]) -> None:
         spec.setdefault("internalTrafficPolicy", "Cluster")
         spec.setdefault("ipFamilyPolicy", "SingleStack")
         spec.setdefault("ipFamilies", ["IPv4"])
+
+
+# The labels the Job registry strategy derives from a Job's name and uid (batch/v1 constants).
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
+CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
+
+
+def prepare_for_create(plural: str, group: str, obj: dict[str, Any]) -> None:
+    """What a kind's registry strategy derives on create once the object has its uid.
+
+    A Job without ``manualSelector`` gets a generated selector on its controller-uid and the
+    matching labels on its pod template, so that its pods, and only its pods, carry them:
+    ``kubectl logs job/NAME`` and the Job controller select pods by them.
+    """
+    if plural == "jobs" and group == "batch":
+        _generate_job_selector(obj)
+
+
+def _generate_job_selector(job: dict[str, Any]) -> None:
+    spec = job.get("spec")
+    if not isinstance(spec, dict) or spec.get("manualSelector") is True:
+        return
+    meta = job["metadata"]
+    tmpl = spec.setdefault("template", {})
+    if not isinstance(tmpl, dict):
+        return
+    tmeta = tmpl.setdefault("metadata", {})
+    if not isinstance(tmeta, dict):
+        return
+    labels = tmeta.get("labels")
+    if not isinstance(labels, dict):
+        labels = tmeta["labels"] = {}
+    # Labels the user set are kept (a conflict is validation's to report), as the strategy does.
+    for key in JOB_NAME_LABELS:
+        labels.setdefault(key, meta.get("name", ""))
+    for key in CONTROLLER_UID_LABELS:
+        labels.setdefault(key, meta["uid"])
+    selector = spec.get("selector")
+    if not isinstance(selector, dict):
+        selector = spec["selector"] = {}
+    match = selector.get("matchLabels")
+    if not isinstance(match, dict):
+        match = selector["matchLabels"] = {}
+    match.setdefault(CONTROLLER_UID_LABELS[0], meta["uid"])

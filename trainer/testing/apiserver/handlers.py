@@ -235,10 +235,9 @@ class Handlers:
                 options["propagationPolicy"] = q["propagationPolicy"]
             if ctx.verb == "delete":
                 obj = await core.delete(ctx, options)
-                if (
-                    self.core.store.get(rt.key, obj["metadata"].get("namespace", ""), ctx.name) is None
-                    and rt.builtin
-                ):
+                # An object deleted at once (or that a dry run would delete at once) is answered
+                # with a Status for built-in kinds; one left to its finalizers is returned as is.
+                if rt.builtin and not obj["metadata"].get("deletionTimestamp"):
                     meta = obj["metadata"]
                     return _json_response(
                         {

@@ -24,6 +24,9 @@ class ResourceType:
     categories: list[str] = field(default_factory=list)
     has_status: bool = False
     builtin: bool = True
+    # Whether objects of the kind carry metadata.generation: custom resources and workloads do;
+    # ConfigMaps, Secrets, Namespaces, Events and the like never get one from a real server.
+    has_generation: bool = True
     # CRD only: the structural schema of this version, its printer columns, and the CRD's name.
     crd_schema: dict[str, Any] | None = None
     printer_columns: list[dict[str, Any]] = field(default_factory=list)
@@ -59,31 +62,73 @@ def _b(
     short: tuple[str, ...] = (),
     categories: tuple[str, ...] = (),
     status: bool = False,
+    generation: bool = True,
 ) -> ResourceType:
     singular = kind.lower()
     return ResourceType(
-        group, version, plural, singular, kind, namespaced, list(short), list(categories), status
+        group,
+        version,
+        plural,
+        singular,
+        kind,
+        namespaced,
+        list(short),
+        list(categories),
+        status,
+        has_generation=generation,
     )
 
 
 def builtin_types() -> list[ResourceType]:
     return [
-        _b("", "v1", "namespaces", "Namespace", namespaced=False, short=("ns",), status=True),
-        _b("", "v1", "events", "Event", short=("ev",)),
-        _b("", "v1", "configmaps", "ConfigMap", short=("cm",)),
-        _b("", "v1", "secrets", "Secret"),
-        _b("", "v1", "services", "Service", short=("svc",), categories=("all",), status=True),
-        _b("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",)),
+        _b(
+            "",
+            "v1",
+            "namespaces",
+            "Namespace",
+            namespaced=False,
+            short=("ns",),
+            status=True,
+            generation=False,
+        ),
+        _b("", "v1", "events", "Event", short=("ev",), generation=False),
+        _b("", "v1", "configmaps", "ConfigMap", short=("cm",), generation=False),
+        _b("", "v1", "secrets", "Secret", generation=False),
+        _b(
+            "",
+            "v1",
+            "services",
+            "Service",
+            short=("svc",),
+            categories=("all",),
+            status=True,
+            generation=False,
+        ),
+        _b("", "v1", "serviceaccounts", "ServiceAccount", short=("sa",), generation=False),
         _b("", "v1", "pods", "Pod", short=("po",), categories=("all",), status=True),
-        _b("", "v1", "endpoints", "Endpoints", short=("ep",)),
-        _b("", "v1", "nodes", "Node", namespaced=False, short=("no",), status=True),
-        _b("events.k8s.io", "v1", "events", "Event", short=("ev",)),
+        _b("", "v1", "endpoints", "Endpoints", short=("ep",), generation=False),
+        _b("", "v1", "nodes", "Node", namespaced=False, short=("no",), status=True, generation=False),
+        _b("events.k8s.io", "v1", "events", "Event", short=("ev",), generation=False),
         _b("batch", "v1", "jobs", "Job", categories=("all",), status=True),
         _b("apps", "v1", "deployments", "Deployment", short=("deploy",), categories=("all",), status=True),
-        _b("rbac.authorization.k8s.io", "v1", "roles", "Role"),
-        _b("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
-        _b("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
-        _b("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
+        _b("rbac.authorization.k8s.io", "v1", "roles", "Role", generation=False),
+        _b("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", generation=False),
+        _b(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            namespaced=False,
+            generation=False,
+        ),
+        _b(
+            "rbac.authorization.k8s.io",
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            namespaced=False,
+            generation=False,
+        ),
         _b(
             "admissionregistration.k8s.io",
             "v1",
@@ -108,7 +153,7 @@ def builtin_types() -> list[ResourceType]:
             status=True,
         ),
         _b("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short=("pc",)),
-        _b("coordination.k8s.io", "v1", "leases", "Lease"),
+        _b("coordination.k8s.io", "v1", "leases", "Lease", generation=False),
     ]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainer.admission.errors import FieldError, invalid, required
+from trainer.admission.errors import FieldError, invalid, required, unsupported
 from trainer.testing.apiserver.errors import bad_request
 from trainer.testing.apiserver.errors import invalid as invalid_error
 from trainer.testing.apiserver.resources import ResourceType
@@ -109,11 +109,46 @@ def validate(
         if builtin_errors is None:
             _, builtin_errors, _ = check_builtin(rt.view, obj)
         errors.extend(builtin_errors)
+        seen = {e.path for e in errors}
+        errors.extend(e for e in builtin_rules(rt, obj) if e.path not in seen)
     elif rt.crd_schema is not None and _structural() is not None:
         errors.extend(_structural().validate(rt.crd_schema, obj, old))
     if errors:
         name = (obj.get("metadata") or {}).get("name", "")
         raise invalid_error(rt.kind, rt.group, name, errors)
+
+
+_JOB_RESTART_POLICIES = ["OnFailure", "Never"]
+
+
+def builtin_rules(rt: ResourceType, obj: dict[str, Any]) -> list[FieldError]:
+    """The few of Kubernetes' hand-written rules for built-in kinds that clients of this project
+    run into; the schema alone accepts what these refuse."""
+    if (rt.group, rt.plural) == ("batch", "jobs"):
+        return _job_rules(obj)
+    return []
+
+
+def _job_rules(job: dict[str, Any]) -> list[FieldError]:
+    """A Job's pods must say how they restart: OnFailure or Never, never Always.
+
+    PodSpec defaulting turns an unset restartPolicy into Always, so both read as "Required value",
+    the wording kube-apiserver uses; Never alone goes with a podFailurePolicy.
+    """
+    spec = job.get("spec")
+    tmpl = spec.get("template") if isinstance(spec, dict) else None
+    pspec = tmpl.get("spec") if isinstance(tmpl, dict) else None
+    if not isinstance(spec, dict) or not isinstance(pspec, dict):
+        return []
+    path = "spec.template.spec.restartPolicy"
+    policy = pspec.get("restartPolicy") or ""
+    if policy in ("", "Always"):
+        return [required(path, "valid values: " + ", ".join(f'"{p}"' for p in _JOB_RESTART_POLICIES))]
+    if policy not in _JOB_RESTART_POLICIES:
+        return [unsupported(path, policy, _JOB_RESTART_POLICIES)]
+    if spec.get("podFailurePolicy") is not None and policy != "Never":
+        return [invalid(path, policy, 'only "Never" is supported when podFailurePolicy is specified')]
+    return []
 
 
 def validate_meta(rt: ResourceType, meta: dict[str, Any]) -> list[FieldError]:
