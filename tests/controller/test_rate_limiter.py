@@ -68,3 +68,13 @@ def test_a_cancelled_waiter_takes_no_token() -> None:
         return time.monotonic() - start
 
     assert asyncio.run(main()) < 0.09
+
+
+def test_status_writes_leave_a_reserve_for_children() -> None:
+    limiter = RateLimiter(qps=0.001, burst=10)  # as good as no refill during the test
+    taken = 0
+    while limiter.try_acquire(STATUS):
+        taken += 1
+    assert taken == 8, "two tokens (a fifth of the burst) stay for children"
+    assert limiter.try_acquire(CHILDREN) and limiter.try_acquire(CHILDREN)
+    assert not limiter.try_acquire(CHILDREN)

@@ -108,8 +108,7 @@ def stamp_runtime_patches(trainjob: Obj, old: Obj | None, now: str) -> None:
         manager = patch.get("manager")
         previous = before.get(manager) if isinstance(manager, str) else None
         if previous is None:
-            patch.setdefault("time", now)
-            if patch["time"] is None:
+            if patch.get("time") is None:
                 patch["time"] = now
         elif _without_time(previous) == _without_time(patch):
             if previous.get("time") is None:

@@ -68,11 +68,17 @@ class RateLimiter:
 
     Waiters are served lowest priority number first, then in arrival order; one timer wakes the
     next waiter when a token is due, so a thousand waiters cost no polling.
+
+    A request that does not wait and is less urgent than children's (a status write) takes a
+    token only while a fifth of the burst stays in reserve: under a sustained load above the QPS,
+    status writes would otherwise drain the bucket between children's creates and make the next
+    JobSet wait. Put off, a status write is recomputed later, several changes in one write.
     """
 
     def __init__(self, qps: float, burst: int) -> None:
         self.qps = qps
         self.burst = max(1, burst)
+        self.reserve = self.burst // 5
         self.tokens = float(self.burst)
         self.updated = time.monotonic()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
@@ -90,7 +96,8 @@ class RateLimiter:
             return True
         self._refill()
         self._drop_cancelled()
-        if self.tokens >= 1 and (not self._waiters or self._waiters[0][0] > priority):
+        needed = 1 + (self.reserve if priority > CHILDREN else 0)
+        if self.tokens >= needed and (not self._waiters or self._waiters[0][0] > priority):
             self.tokens -= 1
             return True
         return False
