@@ -45,6 +45,23 @@ def _start(kubeconfig: Path, port: int, *extra: str) -> tuple[subprocess.Popen[s
     return proc, "".join(lines)
 
 
+def _true_conditions_once_complete(
+    custom: client.CustomObjectsApi, name: str, timeout: float = 30
+) -> list[str]:
+    """The TrainJob's True condition types, once Complete is one of them or ``timeout`` has passed."""
+    state: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and "Complete" not in state:
+        got = custom.get_namespaced_custom_object(
+            "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", name
+        )
+        state = [
+            c["type"] for c in (got.get("status") or {}).get("conditions") or [] if c["status"] == "True"
+        ]
+        time.sleep(0.2)
+    return state
+
+
 def test_sandbox_with_operator_runs_a_trainjob(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "sandbox.kubeconfig"
     proc, out = _start(kubeconfig, free_port(), "--with-operator")
@@ -64,17 +81,7 @@ def test_sandbox_with_operator_runs_a_trainjob(tmp_path: Path) -> None:
         custom.create_namespaced_custom_object(
             "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", job
         )
-        deadline = time.monotonic() + 30
-        state: list[str] = []
-        while time.monotonic() < deadline and "Complete" not in state:
-            got = custom.get_namespaced_custom_object(
-                "trainer.kubeflow.org", "v1alpha1", "default", "trainjobs", "sandboxed"
-            )
-            state = [
-                c["type"] for c in (got.get("status") or {}).get("conditions") or [] if c["status"] == "True"
-            ]
-            time.sleep(0.2)
-        assert "Complete" in state
+        assert "Complete" in _true_conditions_once_complete(custom, "sandboxed")
         api.close()
     finally:
         os.kill(proc.pid, signal.SIGTERM)
@@ -159,15 +166,7 @@ def test_the_printed_trainer_run_command_serves_the_sandbox(tmp_path: Path) -> N
         custom.create_namespaced_custom_object(
             GROUP, VERSION, "default", "trainjobs", _trainjob("ok", run_fast)
         )
-        state: list[str] = []
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and "Complete" not in state:
-            got = custom.get_namespaced_custom_object(GROUP, VERSION, "default", "trainjobs", "ok")
-            state = [
-                c["type"] for c in (got.get("status") or {}).get("conditions") or [] if c["status"] == "True"
-            ]
-            time.sleep(0.2)
-        assert "Complete" in state
+        assert "Complete" in _true_conditions_once_complete(custom, "ok")
         api.close()
     finally:
         if operator is not None:
