@@ -7,7 +7,6 @@ template).
 from __future__ import annotations
 
 import re
-from functools import cache
 from typing import Any
 
 from trainer.admission.errors import FieldError, forbidden, internal, invalid
@@ -172,7 +171,6 @@ def _apply_trainer_overrides(info: Info, node: Obj) -> None:
         node["args"] = list(trainer.args)
 
 
-@cache
 def _jobset_quantity_fields() -> Fields | None:
     """Where the JobSet spec holds quantities, read from the runtime CRD's template schema."""
     from trainer.admission.admit import schemas

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from trainer.api.quantity import canonical_quantity
+from trainer.api.quantity import canonical_quantity, resource_list_canonical
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)"
@@ -96,10 +96,11 @@ def _walk(fields: Fields, obj: Any, old: Any, *, numbers_only: bool) -> None:
         return
     olds_map = old if isinstance(old, dict) else {}
     any_field = fields.get(ANY)
-    if any_field is True and not numbers_only and all(isinstance(k, str) for k in obj):
-        converted = {k: _convert(v, None, numbers_only) for k, v in obj.items()}
-        obj.clear()
-        obj.update(sorted(converted.items()))
+    if any_field is True and not numbers_only:
+        with contextlib.suppress(ValueError):  # a value that is no quantity: leave the map as it is
+            canonical = resource_list_canonical(obj)
+            obj.clear()
+            obj.update(canonical)
         return
     for key, value in obj.items():
         sub = fields.get(key, any_field)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 import threading
 from collections.abc import Collection
 from pathlib import Path
@@ -28,13 +27,10 @@ class EmbeddedOperator:
         webhooks: bool = False,
     ) -> None:
         config = config or Configuration()
-        self._certs: tempfile.TemporaryDirectory[str] | None = None
         if webhooks:
-            from trainer.controller.certs import write_self_signed
             from trainer.testing.apiserver.server import free_port
 
-            self._certs = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
-            write_self_signed(Path(self._certs.name), ["127.0.0.1", "localhost"])
+            # No certDir: the operator makes a self-signed certificate for 127.0.0.1 itself.
             config = config.model_copy(
                 update={
                     "webhook": config.webhook.model_copy(
@@ -42,7 +38,7 @@ class EmbeddedOperator:
                             "enabled": True,
                             "host": "127.0.0.1",
                             "port": free_port(),
-                            "cert_dir": self._certs.name,
+                            "cert_dir": None,
                             "manage_configuration": True,
                             "advertise_host": "127.0.0.1",
                         }
@@ -129,8 +125,6 @@ class EmbeddedOperator:
                 self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(timeout)
-        if self._certs is not None:
-            self._certs.cleanup()
 
     def __enter__(self) -> EmbeddedOperator:
         return self.start()
