@@ -3,7 +3,7 @@
     .venv/bin/python bench/operator_load.py [--trainjobs 1000] [--rate 20] [--rate-count 200]
                                             [--steady 60] [--qps 1000 --burst 2000 --workers 16]
 
-The local API server (``trainer.testing``, with its simulated JobSet controller, Job controller
+The local API server (``trainer_sandbox``, with its simulated JobSet controller, Job controller
 and kubelet) runs in this process; the operator runs as ``trainer run`` in its own process, as
 its own user, so the audit log tells its requests apart and its RSS is its own. Three phases,
 each on a fresh server and operator:
@@ -44,11 +44,10 @@ from typing import Any
 
 import upstream
 from benchlib import Report, Target, machine, percentile
-
-from trainer.testing.apiserver import LocalAPIServer
-from trainer.testing.apiserver.audit import AuditRecord
-from trainer.testing.operator_process import OPERATOR_USER, OperatorProcess
-from trainer.testing.sandbox import prepare
+from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver.audit import AuditRecord
+from trainer_sandbox.operator_process import OPERATOR_USER, OperatorProcess
+from trainer_sandbox.sandbox import prepare
 
 Obj = dict[str, Any]
 SUBMITTER = "bench-user"
@@ -420,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     phases = set(args.phases.split(","))
 
     print(machine())
-    print("operator: `trainer run` in its own process; API server: trainer.testing.LocalAPIServer here")
+    print("operator: `trainer run` in its own process; API server: trainer_sandbox.LocalAPIServer here")
     print(upstream.DERIVATION)
     report = Report()
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:

@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from trainer.admission.admit import admit
-from trainer.admission.errors import AdmissionError
+from trainer.apimachinery.errors import AdmissionError
 from trainer.offline import render_seed, trainjob_uid
 from trainer.runtime import framework as fw
 from trainer.runtime.info import Facts

@@ -9,10 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.api.runtime import CoschedulingPolicy, TrainingRuntimeSpec
-from trainer.runtime.build import gang_totals
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info
+from trainer.plugin import CoschedulingPolicy, Info, TrainingRuntimeSpec, gang_totals, hookimpl
 
 Obj = dict[str, Any]
 

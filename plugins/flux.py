@@ -15,14 +15,22 @@ import json
 from functools import cache
 from typing import Any
 
-from trainer.admission.errors import FieldError, invalid
-from trainer.api import constants as c
-from trainer.api.quantity import gpu_count
-from trainer.api.runtime import FluxPolicy, TrainingRuntimeSpec
-from trainer.runtime.build import effective_resources
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info, PluginError, PodSet, ValidationContext
-from trainer.runtime.podspec import upsert_volume_mounts, upsert_volumes
+from trainer.plugin import (
+    FieldError,
+    FluxPolicy,
+    Info,
+    PluginError,
+    PodSet,
+    TrainingRuntimeSpec,
+    ValidationContext,
+    effective_resources,
+    gpu_count,
+    hookimpl,
+    invalid,
+    upsert_volume_mounts,
+    upsert_volumes,
+)
+from trainer.plugin import constants as c
 
 Obj = dict[str, Any]
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from trainer.api import constants as c
-from trainer.api.runtime import TrainingRuntimeSpec
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info
-from trainer.runtime.podspec import env_field_ref, env_value, upsert_env, upsert_ports
+from trainer.plugin import (
+    Info,
+    TrainingRuntimeSpec,
+    env_field_ref,
+    env_value,
+    hookimpl,
+    upsert_env,
+    upsert_ports,
+)
+from trainer.plugin import constants as c
 
 
 class JAXPlugin:

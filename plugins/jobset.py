@@ -9,14 +9,24 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from trainer.admission.errors import FieldError, forbidden, internal, invalid
-from trainer.admission.quantities import Fields, canonicalize, quantity_fields
-from trainer.admission.structural import dns1123_subdomain
-from trainer.api import constants as c
-from trainer.api.runtime import TrainingRuntimeSpec
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Endpoints, Facts, Info, PodSet, ValidationContext
-from trainer.runtime.podspec import find, upsert_env
+from trainer.plugin import (
+    Endpoints,
+    Facts,
+    FieldError,
+    Info,
+    PodSet,
+    TrainingRuntimeSpec,
+    ValidationContext,
+    canonical_jobset_quantities,
+    dns1123_subdomain,
+    find,
+    forbidden,
+    hookimpl,
+    internal,
+    invalid,
+    upsert_env,
+)
+from trainer.plugin import constants as c
 
 Obj = dict[str, Any]
 
@@ -121,7 +131,7 @@ def build_jobset(info: Info) -> Obj:
                     **(pod_meta.get("annotations") or {}),
                     **info.scheduler.pod_annotations,
                 }
-    canonicalize(_jobset_quantity_fields(), spec)
+    canonical_jobset_quantities(spec)
     spec["suspend"] = trainjob.suspend
     metadata: Obj = {"name": info.name, "namespace": info.namespace}
     if info.labels:
@@ -169,14 +179,6 @@ def _apply_trainer_overrides(info: Info, node: Obj) -> None:
         node["command"] = list(command)
     if trainer.args is not None and not info.trainer_args_cleared:
         node["args"] = list(trainer.args)
-
-
-def _jobset_quantity_fields() -> Fields | None:
-    """Where the JobSet spec holds quantities, read from the runtime CRD's template schema."""
-    from trainer.admission.admit import schemas
-
-    template = schemas()[c.TRAINING_RUNTIME_KIND]["properties"]["spec"]["properties"]["template"]
-    return quantity_fields(template["properties"]["spec"])
 
 
 def jobset_status(jobset: Obj) -> Obj:

@@ -14,14 +14,24 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
-from trainer.admission.errors import FieldError, invalid
-from trainer.api import constants as c
-from trainer.api.quantity import gpu_count
-from trainer.api.runtime import MPIPolicy, TrainingRuntimeSpec
-from trainer.runtime.build import effective_resources
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info, PluginError, PodSet, ValidationContext
-from trainer.runtime.podspec import env_value, upsert_env, upsert_volume_mounts, upsert_volumes
+from trainer.plugin import (
+    FieldError,
+    Info,
+    MPIPolicy,
+    PluginError,
+    PodSet,
+    TrainingRuntimeSpec,
+    ValidationContext,
+    effective_resources,
+    env_value,
+    gpu_count,
+    hookimpl,
+    invalid,
+    upsert_env,
+    upsert_volume_mounts,
+    upsert_volumes,
+)
+from trainer.plugin import constants as c
 
 Obj = dict[str, Any]
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from trainer.api import constants as c
-from trainer.api.runtime import TrainingRuntimeSpec
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info
-from trainer.runtime.podspec import upsert_env
+from trainer.plugin import Info, TrainingRuntimeSpec, hookimpl, upsert_env
+from trainer.plugin import constants as c
 
 # Frameworks whose own plugin sets counts and env; PlainML stays out of their way.
 _MANAGED = ("torch", "mpi", "jax")

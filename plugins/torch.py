@@ -4,14 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.admission.errors import FieldError, invalid
-from trainer.api import constants as c
-from trainer.api.quantity import cpu_count, gpu_count
-from trainer.api.runtime import TrainingRuntimeSpec
-from trainer.runtime.build import effective_resources
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info, PluginError, ValidationContext
-from trainer.runtime.podspec import env_field_ref, env_value, find, upsert_env, upsert_ports
+from trainer.plugin import (
+    FieldError,
+    Info,
+    PluginError,
+    TrainingRuntimeSpec,
+    ValidationContext,
+    cpu_count,
+    effective_resources,
+    env_field_ref,
+    env_value,
+    find,
+    gpu_count,
+    hookimpl,
+    invalid,
+    upsert_env,
+    upsert_ports,
+)
+from trainer.plugin import constants as c
 
 Obj = dict[str, Any]
 

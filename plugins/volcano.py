@@ -9,11 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.admission.errors import FieldError, invalid
-from trainer.api.runtime import TrainingRuntimeSpec, VolcanoPolicy
-from trainer.runtime.build import gang_totals
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info, ValidationContext
+from trainer.plugin import (
+    FieldError,
+    Info,
+    TrainingRuntimeSpec,
+    ValidationContext,
+    VolcanoPolicy,
+    gang_totals,
+    hookimpl,
+    invalid,
+)
 
 Obj = dict[str, Any]
 

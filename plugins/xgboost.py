@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
-from trainer.admission.errors import FieldError, forbidden
-from trainer.api import constants as c
-from trainer.api.quantity import gpu_count
-from trainer.api.runtime import TrainingRuntimeSpec
-from trainer.runtime.build import effective_resources
-from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Info, ValidationContext
-from trainer.runtime.podspec import env_field_ref, env_value, upsert_env, upsert_ports
+from trainer.plugin import (
+    FieldError,
+    Info,
+    TrainingRuntimeSpec,
+    ValidationContext,
+    effective_resources,
+    env_field_ref,
+    env_value,
+    forbidden,
+    gpu_count,
+    hookimpl,
+    upsert_env,
+    upsert_ports,
+)
+from trainer.plugin import constants as c
 
 RESERVED_ENV = ("DMLC_TRACKER_URI", "DMLC_TRACKER_PORT", "DMLC_TASK_ID", "DMLC_NUM_WORKER")
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.admission import cel
-from trainer.admission.cel import CELError, CELEvalError, CELSyntaxError
+from trainer.apimachinery import cel
+from trainer.apimachinery.cel import CELError, CELEvalError, CELSyntaxError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -799,7 +799,7 @@ def test_syntax_errors_name_the_problem(expr: str, message: str) -> None:
 _IMPORT_PROBE = """
 import json, sys
 before = set(sys.modules)
-import trainer.admission.cel
+import trainer.apimachinery.cel
 print(json.dumps(sorted(set(sys.modules) - before)))
 """
 
@@ -809,7 +809,7 @@ def test_import_uses_only_the_standard_library() -> None:
         [sys.executable, "-c", _IMPORT_PROBE], capture_output=True, text=True, check=True, cwd=REPO
     )
     loaded = json.loads(result.stdout)
-    assert "trainer.admission.cel" in loaded
+    assert "trainer.apimachinery.cel" in loaded
     foreign = [
         name
         for name in loaded

@@ -26,6 +26,12 @@ MODULE = "trainer_cluster_name"
 DOCS = ROOT / "docs" / "plugins.md"
 
 
+def test_docs_example_imports_only_the_plugin_api() -> None:
+    _, module = docs_example()
+    imports = re.findall(r"^(?:from|import) (trainer[\w.]*)", module, re.M)
+    assert imports == ["trainer.plugin"], imports
+
+
 def docs_example() -> tuple[str, str]:
     """The pyproject.toml and the module of the worked example in docs/plugins.md, verbatim."""
     text = DOCS.read_text()

@@ -1,4 +1,4 @@
-"""Tests for trainer.runtime.strategic_merge (framework-and-torch.md §3.2 and §14.4)."""
+"""Tests for trainer.apimachinery.strategic_merge (framework-and-torch.md §3.2 and §14.4)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from trainer.runtime.strategic_merge import (
+from trainer.apimachinery.strategic_merge import (
     MergeKeys,
     jobset_merge_keys,
     merge_keys_from_openapi,
@@ -723,7 +723,7 @@ def test_module_is_light() -> None:
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import trainer.runtime.strategic_merge\n"
+        "import trainer.apimachinery.strategic_merge\n"
         "names = ('pydantic', 'kubernetes', 'yaml', 'kubernetes_validate')\n"
         "print(','.join(m for m in names if m in set(sys.modules) - before))"
     )

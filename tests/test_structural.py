@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from trainer.admission import structural
-from trainer.admission.errors import FieldError
-from trainer.admission.structural import (
+from trainer.apimachinery import structural
+from trainer.apimachinery.errors import FieldError
+from trainer.apimachinery.structural import (
     apply_defaults,
     drop_non_nullable_nulls,
     prune,
@@ -1116,6 +1116,6 @@ def test_module_needs_nothing_beyond_the_standard_library() -> None:
         "math",
         "re",
         "collections.abc",
-        "trainer.admission",
-        "trainer.admission.errors",
+        "trainer.apimachinery",
+        "trainer.apimachinery.errors",
     }

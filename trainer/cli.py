@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_INTERNAL = 0, 1, 2, 3
+from trainer.exit_codes import EXIT_INTERNAL, EXIT_OK, EXIT_USAGE
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,14 +83,8 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "demo":
-        from trainer.demo import main as demo_main
-
-        return demo_main(argv[1:])
-    if argv and argv[0] == "sandbox":
-        from trainer.sandbox_cmd import main as sandbox_main
-
-        return sandbox_main(argv[1:])
+    if argv and argv[0] in _SANDBOX_COMMANDS:
+        return _sandbox_command(argv[0], argv[1:])
     args = _build_parser().parse_args(argv)
     try:
         if args.command == "render":
@@ -115,6 +109,30 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trainer: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_INTERNAL
     return EXIT_USAGE
+
+
+# `trainer demo` and `trainer sandbox` run on the local API server stand-in, which is a package
+# of its own (trainer-sandbox, in this repository's sandbox/): the operator's wheel and image
+# carry none of it.
+_SANDBOX_COMMANDS = {"demo": "trainer_sandbox.demo", "sandbox": "trainer_sandbox.sandbox_cmd"}
+
+
+def _sandbox_command(name: str, argv: list[str]) -> int:
+    import importlib
+
+    try:
+        module = importlib.import_module(_SANDBOX_COMMANDS[name])
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("trainer_sandbox"):
+            raise
+        print(
+            f"trainer {name}: needs the trainer-sandbox package (the local API server stand-in), "
+            "which is not installed; from a checkout of this repository: pip install ./sandbox",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    code: int = module.main(argv)
+    return code
 
 
 def _crds(args: argparse.Namespace) -> int:

@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from trainer.admission.errors import AdmissionError, FieldError, required
 from trainer.api import constants as c
+from trainer.apimachinery.errors import AdmissionError, FieldError, required
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts
 

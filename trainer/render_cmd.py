@@ -9,7 +9,7 @@ import re
 import sys
 from typing import Any
 
-from trainer.cli import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from trainer.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
 Obj = dict[str, Any]
 REDACTED = "<redacted>"

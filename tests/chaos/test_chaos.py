@@ -34,11 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from trainer.testing.apiserver import LocalAPIServer
-from trainer.testing.apiserver.storage import Event
-from trainer.testing.operator_process import OPERATOR_USER, OperatorProcess
-from trainer.testing.sandbox import prepare
+from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver.storage import Event
+from trainer_sandbox.operator_process import OPERATOR_USER, OperatorProcess
+from trainer_sandbox.sandbox import prepare
 
 Obj = dict[str, Any]
 TJ = "trainer.kubeflow.org/v1alpha1"

@@ -24,9 +24,9 @@ from typing import Any
 
 import helm_python as helm
 import yaml
+from trainer_sandbox.apiserver import LocalAPIServer
 
 from trainer.controller import rbac_audit
-from trainer.testing.apiserver import LocalAPIServer
 
 Obj = dict[str, Any]
 
@@ -123,7 +123,7 @@ def port_values() -> Obj:
 
 def install_prerequisites(server: LocalAPIServer, *, jobset: bool = True) -> None:
     """What a cluster has before the chart: JobSet's CRD and the two PodGroup CRDs (gang schedulers)."""
-    crds = ROOT / "trainer" / "testing" / "crds"
+    crds = ROOT / "sandbox" / "trainer_sandbox" / "crds"
     for path in sorted(crds.glob("*.json")):
         if not jobset and path.name.startswith("jobset"):
             continue

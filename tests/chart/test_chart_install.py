@@ -15,9 +15,9 @@ import chart_harness as h
 import derive_rbac
 import helm_python as helm
 import pytest
+from trainer_sandbox.apiserver import LocalAPIServer
 
 from trainer.controller import rbac_audit
-from trainer.testing.apiserver import LocalAPIServer
 
 Obj = dict[str, Any]
 

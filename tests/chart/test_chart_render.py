@@ -20,11 +20,11 @@ import pytest
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from trainer_sandbox import sandbox
 
-from trainer.admission import structural
+from trainer.apimachinery import structural
 from trainer.controller.config import Configuration
 from trainer.controller.operator import Operator
-from trainer.testing import sandbox
 
 Obj = dict[str, Any]
 

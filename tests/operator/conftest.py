@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 from operator_helpers import OPERATOR_USER
+from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.fixtures import apiserver  # noqa: F401 - a fixture used by the ones below
+from trainer_sandbox.sandbox import prepare
 
 from trainer.controller.config import Configuration
 from trainer.controller.embedded import EmbeddedOperator
-from trainer.testing.apiserver import LocalAPIServer
-from trainer.testing.fixtures import apiserver  # noqa: F401 - a fixture used by the ones below
-from trainer.testing.sandbox import prepare
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainer.testing.apiserver import LocalAPIServer
-from trainer.testing.operator_process import OPERATOR_USER
+from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.operator_process import OPERATOR_USER
 
 TJ = "trainer.kubeflow.org/v1alpha1"
 __all__ = ["OPERATOR_USER", "TJ", "conditions", "get_or_none", "operator_writes", "trainjob", "wait_for"]
@@ -44,7 +44,7 @@ def conditions(server: LocalAPIServer, name: str) -> dict[str, tuple[str, str]]:
 
 
 def get_or_none(server: LocalAPIServer, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
-    from trainer.testing.apiserver.errors import APIError
+    from trainer_sandbox.apiserver.errors import APIError
 
     try:
         return server.get(api_version, kind, name)

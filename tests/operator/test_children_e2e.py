@@ -6,9 +6,9 @@ import copy
 import time
 
 from operator_helpers import OPERATOR_USER, TJ, conditions, get_or_none, trainjob, wait_for
+from trainer_sandbox.apiserver import LocalAPIServer
 
 from trainer.controller.embedded import EmbeddedOperator
-from trainer.testing.apiserver import LocalAPIServer
 
 RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]
 

@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 import yaml
 from operator_helpers import TJ, conditions, get_or_none, trainjob, wait_for
+from trainer_sandbox.apiserver import LocalAPIServer
 
 from trainer.controller.config import Configuration
 from trainer.controller.embedded import EmbeddedOperator
-from trainer.testing.apiserver import LocalAPIServer
 
 KUBECTL = shutil.which("kubectl")
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed on this machine")

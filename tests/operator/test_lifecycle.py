@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 
 from operator_helpers import OPERATOR_USER, TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
+from trainer_sandbox.apiserver import LocalAPIServer
 
 from trainer.controller.embedded import EmbeddedOperator
-from trainer.testing.apiserver import LocalAPIServer
 
 JS = "jobset.x-k8s.io/v1alpha2"
 RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]

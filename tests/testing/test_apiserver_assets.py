@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-
-from trainer.testing import gen_crds, gen_k8s_schemas
+from trainer_sandbox import gen_crds, gen_k8s_schemas
 
 REFERENCE_CRDS = Path("/work/shared/reference/crds")
 
@@ -16,11 +15,11 @@ REFERENCE_CRDS = Path("/work/shared/reference/crds")
 def test_k8s_schemas_are_current() -> None:
     pytest.importorskip("kubernetes_validate", reason="kubernetes_validate is not installed")
     committed = json.loads(gzip.decompress(gen_k8s_schemas.OUTPUT.read_bytes()))
-    assert committed == gen_k8s_schemas.build(), "run: python -m trainer.testing.gen_k8s_schemas"
+    assert committed == gen_k8s_schemas.build(), "run: python -m trainer_sandbox.gen_k8s_schemas"
 
 
 def test_k8s_schemas_cover_every_served_builtin_kind() -> None:
-    from trainer.testing.apiserver.resources import builtin_types
+    from trainer_sandbox.apiserver.resources import builtin_types
 
     kinds = json.loads(gzip.decompress(gen_k8s_schemas.OUTPUT.read_bytes()))["kinds"]
     for rt in builtin_types():

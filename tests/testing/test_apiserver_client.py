@@ -11,9 +11,8 @@ from typing import Any
 
 import pytest
 from kubernetes import client, watch
-
-from trainer.testing import sandbox
-from trainer.testing.apiserver import LocalAPIServer
+from trainer_sandbox import sandbox
+from trainer_sandbox.apiserver import LocalAPIServer
 
 _PODGROUP_CRD = Path(sandbox.__file__).with_name("crds") / "scheduling.x-k8s.io_podgroups.json"
 
@@ -611,7 +610,7 @@ def test_create_in_a_terminating_namespace_names_the_object(kube_client: client.
 
 @pytest.mark.parametrize("restart_policy", [None, "Always"])
 def test_job_needs_a_restart_policy(apiserver: LocalAPIServer, restart_policy: str | None) -> None:
-    from trainer.testing.apiserver import APIError
+    from trainer_sandbox.apiserver import APIError
 
     with pytest.raises(APIError) as err:
         apiserver.create(_job("j", restart_policy=restart_policy))

@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from trainer.testing.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver import LocalAPIServer
 
 
 def _cm(name: str) -> dict[str, Any]:

@@ -7,9 +7,8 @@ import time
 from typing import Any
 
 import pytest
-
-from trainer.testing.apiserver import APIError, LocalAPIServer
-from trainer.testing.jobset_controller import JOB_USER, JOBSET_USER, KUBELET_USER
+from trainer_sandbox.apiserver import APIError, LocalAPIServer
+from trainer_sandbox.jobset_controller import JOB_USER, JOBSET_USER, KUBELET_USER
 
 JS = "jobset.x-k8s.io/v1alpha2"
 

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from trainer.testing.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver import LocalAPIServer
 
 kopf_testing = pytest.importorskip("kopf.testing")
 

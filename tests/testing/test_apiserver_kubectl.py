@@ -11,10 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from trainer.testing import sandbox
-from trainer.testing.apiserver import LocalAPIServer
-from trainer.testing.sandbox import install_crds, install_runtimes, trainer_crd_files
+from trainer_sandbox import sandbox
+from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.sandbox import install_crds, install_runtimes, trainer_crd_files
 
 pytestmark = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 

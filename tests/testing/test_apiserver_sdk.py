@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from trainer.testing.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver import LocalAPIServer
 
 kubeflow_trainer = pytest.importorskip(
     "kubeflow.trainer", reason="the Kubeflow SDK (kubeflow 0.5.x) is not installed"

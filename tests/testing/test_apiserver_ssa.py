@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-
-from trainer.testing.apiserver import APIError, LocalAPIServer
+from trainer_sandbox.apiserver import APIError, LocalAPIServer
 
 
 def deployment(

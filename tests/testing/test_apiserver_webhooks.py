@@ -12,9 +12,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-
-from trainer.testing.apiserver import APIError, LocalAPIServer, free_port
-from trainer.testing.apiserver.tls import serving_cert
+from trainer_sandbox.apiserver import APIError, LocalAPIServer, free_port
+from trainer_sandbox.apiserver.tls import serving_cert
 
 
 class WebhookServer:

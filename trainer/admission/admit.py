@@ -8,15 +8,13 @@ rules, transition rules on update), then the webhook rules (the runtime exists, 
 from __future__ import annotations
 
 import copy
-import json
-from functools import cache
-from pathlib import Path
 from typing import Any
 
-from trainer.admission import structural
-from trainer.admission.errors import AdmissionError, FieldError, forbidden, invalid, required
 from trainer.admission.hints import api_version_hint, hints
 from trainer.api import constants as c
+from trainer.apimachinery import structural
+from trainer.apimachinery.errors import AdmissionError, FieldError, forbidden, invalid, required
+from trainer.apimachinery.openapi import schemas
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts, PluginError, ValidationContext
 
@@ -28,17 +26,6 @@ _ANCESTOR_CONTAINERS = {
     c.DATASET_INITIALIZER: c.DATASET_INITIALIZER,
     c.MODEL_INITIALIZER: c.MODEL_INITIALIZER,
 }
-
-
-@cache
-def schemas() -> dict[str, Any]:
-    from importlib.util import find_spec
-
-    spec = find_spec("trainer.crds")  # the data package; found without importing anything else
-    assert spec is not None and spec.origin is not None
-    path = Path(spec.origin).with_name("openapi.json")
-    data: dict[str, Any] = json.loads(path.read_text())
-    return data
 
 
 def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
@@ -74,7 +61,7 @@ def default_object(obj: Obj, old: Obj | None, now: str) -> None:
     Any field may still have any type here: what is not of the expected shape is left for the
     schema to refuse.
     """
-    from trainer.admission import quantities
+    from trainer.apimachinery import quantities
 
     kind = obj.get("kind", "")
     schema = schemas().get(kind)

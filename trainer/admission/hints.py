@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainer.admission.errors import FieldError, invalid
 from trainer.api import constants as c
+from trainer.apimachinery.errors import FieldError, invalid
 
 Obj = dict[str, Any]
 

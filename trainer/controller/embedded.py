@@ -17,6 +17,15 @@ from trainer.controller.config import Configuration
 from trainer.controller.operator import Operator
 
 
+def _free_port(host: str = "127.0.0.1") -> int:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
 class EmbeddedOperator:
     def __init__(
         self,
@@ -28,8 +37,6 @@ class EmbeddedOperator:
     ) -> None:
         config = config or Configuration()
         if webhooks:
-            from trainer.testing.apiserver.server import free_port
-
             # No certDir: the operator makes a self-signed certificate for 127.0.0.1 itself.
             config = config.model_copy(
                 update={
@@ -37,7 +44,7 @@ class EmbeddedOperator:
                         update={
                             "enabled": True,
                             "host": "127.0.0.1",
-                            "port": free_port(),
+                            "port": _free_port(),
                             "cert_dir": None,
                             "manage_configuration": True,
                             "advertise_host": "127.0.0.1",

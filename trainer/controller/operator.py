@@ -19,8 +19,8 @@ from typing import Any, cast
 
 import kopf
 
-from trainer.admission.errors import AdmissionError
 from trainer.api import constants as c
+from trainer.apimachinery.errors import AdmissionError
 from trainer.controller import events
 from trainer.controller.cache import Cache, owner_trainjob
 from trainer.controller.client import ApiClient, ApiError, ResourceType

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from trainer.admission.errors import FieldError
+    from trainer.apimachinery.errors import FieldError
     from trainer.runtime.info import Facts, Info, ValidationContext
 
 PROJECT = "trainer"

@@ -12,10 +12,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer.admission.errors import FieldError
 from trainer.api import constants as c
 from trainer.api.runtime import MLPolicy, PodGroupPolicy, TrainingRuntime
 from trainer.api.trainjob import TrainJob
+from trainer.apimachinery.errors import FieldError
 
 
 class PluginError(Exception):

@@ -73,3 +73,17 @@ def merge_resources(runtime: Mapping[str, Any] | None, trainjob: Mapping[str, An
         if key not in ("limits", "requests", "claims"):
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def canonical_jobset_quantities(jobset_spec: Obj) -> None:
+    """Write every quantity in a JobSet spec canonically (``cpu: 0.5`` becomes ``500m``).
+
+    The places are read from the runtime CRD's template schema, so a quantity field Kubernetes
+    adds (pod overhead, an emptyDir's sizeLimit) is covered without a list of our own.
+    """
+    from trainer.api import constants as c
+    from trainer.apimachinery.openapi import schemas
+    from trainer.apimachinery.quantities import canonicalize, quantity_fields
+
+    template = schemas()[c.TRAINING_RUNTIME_KIND]["properties"]["spec"]["properties"]["template"]
+    canonicalize(quantity_fields(template["properties"]["spec"]), jobset_spec)

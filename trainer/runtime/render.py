@@ -195,8 +195,8 @@ def _build(
 def _check_snapshot_runtime(runtime_obj: Obj) -> None:
     """A snapshot is a ConfigMap anyone with rights may edit: check it as the API server checked
     the runtime it copies, before plugins read it as typed data."""
-    from trainer.admission import structural
-    from trainer.admission.admit import schemas
+    from trainer.apimachinery import structural
+    from trainer.apimachinery.openapi import schemas
 
     kind = runtime_obj.get("kind")
     schema = schemas().get(kind) if kind in c.RUNTIME_KINDS else None

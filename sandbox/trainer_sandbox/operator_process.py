@@ -1,0 +1,147 @@
+"""The operator as its own process (`trainer run`), against a local API server: killable for real.
+
+The embedded operator (``trainer.controller.embedded``) shares the test's process and stops
+politely. Chaos tests and the load benchmark need what a cluster does to a pod instead: SIGKILL at
+any instant, in-flight requests cut, nothing flushed; and an RSS that is the operator's own. The
+child runs as the chart's ServiceAccount user, so the audit log tells its requests apart, and it
+is killed with its parent (Linux: ``PR_SET_PDEATHSIG``), so an interrupted test leaves no
+operator holding a port.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver.server import free_port
+
+OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+class OperatorProcess:
+    """``trainer run`` on ``server`` with a Configuration of QPS, burst and workers; ports are free ones."""
+
+    def __init__(
+        self,
+        server: LocalAPIServer,
+        workdir: Path,
+        *,
+        qps: float = 50.0,
+        burst: int = 100,
+        workers: int = 4,
+        user: str = OPERATOR_USER,
+    ) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.server = server
+        self.user = user
+        self.workdir = workdir
+        self.settings = f"client QPS {qps:g}, burst {burst}, {workers} reconcile workers"
+        server.add_user(user, ["system:serviceaccounts"])
+        self.kubeconfig = server.write_kubeconfig(workdir / "operator.kubeconfig", user=user)
+        self.metrics_port = free_port()
+        self.config = workdir / "config.yaml"
+        self.config.write_text(
+            "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n"
+            f"clientConnection: {{qps: {qps}, burst: {burst}}}\n"
+            f"controller: {{groupKindConcurrency: {{TrainJob.trainer.kubeflow.org: {workers}}}}}\n"
+            "webhook: {enabled: false}\n"
+            f"metrics: {{bindAddress: '127.0.0.1:{self.metrics_port}'}}\n"
+            f"health: {{healthProbeBindAddress: '127.0.0.1:{free_port()}'}}\n"
+        )
+        self.log_path = workdir / "operator.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self, timeout: float = 60) -> OperatorProcess:
+        """Start the child and wait until it watches TrainJobs (its start-up LISTs are done then)."""
+        mark = len(self.server.audit.records)
+        log = self.log_path.open("ab")
+        log.write(f"--- start {self.starts + 1} ---\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [str(Path(sys.executable).with_name("trainer")), "run", "--config", str(self.config)],
+            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )
+        log.close()
+        self.starts += 1
+        deadline = time.monotonic() + timeout
+        while not self._watching_since(mark):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the operator did not start:\n{self.log_tail()}")
+            time.sleep(0.05)
+        return self
+
+    def _watching_since(self, mark: int) -> bool:
+        return any(
+            r.user == self.user and r.verb == "watch" and r.resource == "trainjobs"
+            for r in self.server.audit.records[mark:]
+        )
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL, as the kubelet does after a pod's grace period (or the OOM killer)."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop(self, timeout: float = 15) -> None:
+        """SIGTERM, then SIGKILL after ``timeout``."""
+        if self.alive():
+            assert self.proc is not None
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def proc_status(self, field_name: str) -> int:
+        """A field of /proc/<pid>/status in kB (VmRSS, VmHWM); 0 where there is no /proc."""
+        try:
+            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def __enter__(self) -> OperatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

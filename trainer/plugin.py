@@ -1,0 +1,78 @@
+"""The plugin API: everything a plugin may import from this project, and nothing more.
+
+Built-in plugins are held to it as a plugin from another package is (a test checks their
+imports), so what they need is what a third-party plugin can have, and the modules behind these
+names can move without breaking anyone. docs/plugins.md explains each name.
+"""
+
+from __future__ import annotations
+
+from trainer.api import constants
+from trainer.api.quantity import cpu_count, gpu_count
+from trainer.api.runtime import (
+    CoschedulingPolicy,
+    FluxPolicy,
+    JAXPolicy,
+    MLPolicy,
+    MPIPolicy,
+    PodGroupPolicy,
+    TorchPolicy,
+    TrainingRuntimeSpec,
+    VolcanoPolicy,
+    XGBoostPolicy,
+)
+from trainer.apimachinery.errors import FieldError, forbidden, internal, invalid, required, unsupported
+from trainer.apimachinery.structural import dns1123_subdomain
+from trainer.runtime.build import effective_resources, gang_totals
+from trainer.runtime.hookspecs import hookimpl
+from trainer.runtime.info import Endpoints, Facts, Info, PluginError, PodSet, ValidationContext
+from trainer.runtime.podspec import (
+    canonical_jobset_quantities,
+    env_field_ref,
+    env_value,
+    find,
+    upsert_env,
+    upsert_ports,
+    upsert_volume_mounts,
+    upsert_volumes,
+)
+
+__all__ = [
+    "CoschedulingPolicy",
+    "Endpoints",
+    "Facts",
+    "FieldError",
+    "FluxPolicy",
+    "Info",
+    "JAXPolicy",
+    "MLPolicy",
+    "MPIPolicy",
+    "PluginError",
+    "PodGroupPolicy",
+    "PodSet",
+    "TorchPolicy",
+    "TrainingRuntimeSpec",
+    "ValidationContext",
+    "VolcanoPolicy",
+    "XGBoostPolicy",
+    "canonical_jobset_quantities",
+    "constants",
+    "cpu_count",
+    "dns1123_subdomain",
+    "effective_resources",
+    "env_field_ref",
+    "env_value",
+    "find",
+    "forbidden",
+    "gang_totals",
+    "gpu_count",
+    "hookimpl",
+    "internal",
+    "invalid",
+    "required",
+    "unsupported",
+    "upsert_env",
+    "upsert_ports",
+    "upsert_volume_mounts",
+    "upsert_volumes",
+]
