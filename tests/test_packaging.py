@@ -1,4 +1,5 @@
-"""The wheel carries plugins under the trainer namespace, the CRDs and the runtimes."""
+"""The wheel carries plugins under the trainer namespace, the CRDs and the runtimes, and none of
+the local API server stand-in (a distribution of its own, sandbox/)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,9 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "trainer/crds/trainer.kubeflow.org_trainjobs.yaml" in names
     assert "trainer/runtimes/torch_distributed.yaml" in names
     assert "trainer/api/embedded_schemas.json" in names
+    stand_in = sorted(n for n in names if n.startswith(("trainer_sandbox/", "trainer/testing/", "sandbox/")))
+    assert not stand_in, f"the operator's wheel carries the stand-in: {stand_in[:5]}"
+    assert "trainer/plugin.py" in names and "trainer/apimachinery/structural.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "trainer = trainer.cli:main" in text
@@ -83,3 +87,33 @@ def test_installed_wheel_renders_with_bundled_runtimes(wheel: Path, tmp_path: Pa
     )
     assert out.returncode == 0, out.stderr
     assert "kind: JobSet" in out.stdout
+
+
+def test_sandbox_commands_say_how_to_install_the_sandbox(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Where trainer-sandbox is not installed (the operator's image), `trainer demo` says so."""
+    from trainer import cli
+
+    monkeypatch.setitem(sys.modules, "trainer_sandbox", None)  # as if not installed
+    for command in ("demo", "sandbox"):
+        assert cli.main([command, "--help"]) == 2
+        err = capsys.readouterr().err
+        assert f"trainer {command}: needs the trainer-sandbox package" in err
+        assert "pip install ./sandbox" in err
+
+
+def test_sandbox_wheel_carries_the_stand_in(tmp_path: Path) -> None:
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)]
+        + [str(ROOT / "sandbox")],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (found,) = tmp_path.glob("trainer_sandbox-*.whl")
+    names = set(zipfile.ZipFile(found).namelist())
+    assert "trainer_sandbox/apiserver/server.py" in names
+    assert "trainer_sandbox/crds/jobset.x-k8s.io_jobsets.json" in names
+    assert "trainer_sandbox/k8s_schemas.json.gz" in names
+    assert not any(n.startswith("trainer/") for n in names)
