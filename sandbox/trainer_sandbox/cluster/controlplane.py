@@ -1,0 +1,544 @@
+"""A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler, kwok (the kubelets of four fake nodes) and the JobSet controller.
+
+It exists so the operator can be tried against the real API machinery (admission, RBAC, the Job
+controller, garbage collection, JobSet's own webhooks and controller) where the in-memory stand-in
+only imitates them, without Docker: every binary is built from the modules pinned in ``cluster/``.
+
+``ControlPlane.start(dir)`` brings it up and returns once every component is healthy; the processes
+run in sessions of their own and are recorded in ``dir/cluster.json``, so ``stop()`` here or
+``scripts/cluster down`` from anywhere can stop them. Every ``start`` is a fresh cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from trainer_sandbox.cluster import install, processes
+from trainer_sandbox.cluster.kube import Kube, KubeError, probe, tls_context
+from trainer_sandbox.cluster.pki import ADMIN_USER, SERVICE_CIDR, KeyPair, Pki, make_pki, write_kubeconfig
+from trainer_sandbox.cluster.processes import Record
+from trainer_sandbox.cluster.stages import NODE_ANNOTATION, NODE_ANNOTATION_VALUE, write_stages
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+GO_MODULE = REPO_ROOT / "cluster"
+STATE_FILE = "cluster.json"
+COMPONENT_TIMEOUT = 120.0  # seconds from launch to healthy, per component (2 busy cores start slowly)
+SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
+CONTROLLERS = (
+    "job-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "serviceaccount-token-controller",
+    "ttl-after-finished-controller",
+    "root-ca-certificate-publisher-controller",
+    "clusterrole-aggregation-controller",
+)
+# Everything `up` writes into the directory; removed before a new cluster starts there.
+_OWNED = (
+    STATE_FILE,
+    "etcd",
+    "logs",
+    "pki",
+    "kwok-home",
+    "audit.log",
+    "kubeconfig",
+    "sa.key",
+    "sa.pub",
+    "kwok-stages.yaml",
+    "jobset-config.yaml",
+    "audit-policy.yaml",
+)
+
+Echo = Callable[[str], None]
+
+
+class StartError(RuntimeError):
+    """A component did not come up; names it, with the end of its log."""
+
+    def __init__(self, component: str, reason: str, log_tail: str = "") -> None:
+        message = f"{component}: {reason}"
+        if log_tail:
+            message += f"\n--- last lines of its log ---\n{log_tail}"
+        super().__init__(message)
+        self.component = component
+
+
+class AlreadyRunning(RuntimeError):
+    pass
+
+
+def default_dir() -> Path:
+    return REPO_ROOT / ".cluster"
+
+
+def build_binaries() -> Path:
+    """Run ``cluster/build`` (warm: a second; cold: it prints its progress on our stderr) and return
+    the directory of the binaries it prints."""
+    script = GO_MODULE / "build"
+    if not script.exists():
+        raise RuntimeError(f"{script} not found: pass the directory of prebuilt binaries instead")
+    out = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"cluster/build failed (exit {out.returncode}); its output is above")
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def _child_env(**extra: str) -> dict[str, str]:
+    """The components' environment: no KUBECONFIG of the caller's, loopback never proxied."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    for key in ("NO_PROXY", "no_proxy"):
+        env[key] = ",".join(x for x in ("127.0.0.1,localhost", env.get(key, "")) if x)
+    env.update(extra)
+    return env
+
+
+@dataclass
+class ControlPlane:
+    """A running cluster and the files a client needs (``kubeconfig`` is the admin's)."""
+
+    dir: Path
+    bin_dir: Path
+    server: str
+    kubeconfig: Path
+    audit_log: Path
+    ca_cert: Path
+    sa_key: Path
+    sa_pub: Path
+    records: list[Record] = field(default_factory=list)
+    _children: list[subprocess.Popen[bytes]] = field(default_factory=list, repr=False)
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.dir / "logs"
+
+    @property
+    def pki_dir(self) -> Path:
+        """``ca.crt`` and ``ca.key`` (to sign client certificates for more users) and the rest."""
+        return self.dir / "pki"
+
+    @property
+    def kubectl(self) -> Path:
+        """The kubectl built with the cluster (never the one on PATH: versions must match)."""
+        return self.bin_dir / "kubectl"
+
+    @classmethod
+    def start(
+        cls,
+        directory: Path | str | None = None,
+        *,
+        bin_dir: Path | str | None = None,
+        echo: Echo | None = None,
+        timeout: float = COMPONENT_TIMEOUT,
+    ) -> ControlPlane:
+        """Start a fresh cluster in ``directory`` (default ``.cluster`` in the repository) and return
+        once every component is healthy; ``echo`` receives one line per component as it is.
+
+        On any failure everything started so far is stopped before the error propagates.
+        """
+        directory = Path(directory) if directory is not None else default_dir()
+        directory = directory.resolve()
+        binaries = Path(bin_dir) if bin_dir is not None else build_binaries()
+        starter = _Starter(directory, binaries, echo or (lambda _line: None), timeout)
+        try:
+            return starter.run()
+        except BaseException:
+            starter.abort()
+            raise
+
+    @classmethod
+    def attach(cls, directory: Path | str | None = None) -> ControlPlane:
+        """A handle on the cluster ``up`` left running in ``directory``."""
+        directory = (Path(directory) if directory is not None else default_dir()).resolve()
+        records, extra = processes.load_records(directory / STATE_FILE)
+        if not records or not all(processes.is_ours(r) for r in records):
+            raise RuntimeError(f"no running cluster in {directory}")
+        return cls(
+            dir=directory,
+            bin_dir=Path(str(extra["bin_dir"])),
+            server=str(extra["server"]),
+            kubeconfig=directory / "kubeconfig",
+            audit_log=directory / "audit.log",
+            ca_cert=directory / "pki" / "ca.crt",
+            sa_key=directory / "sa.key",
+            sa_pub=directory / "sa.pub",
+            records=records,
+        )
+
+    def stop(self, grace: float = 10.0) -> list[str]:
+        """Stop every process (SIGTERM, SIGKILL after ``grace``); returns those that needed SIGKILL."""
+        killed = processes.stop(_waves(self.records), grace, self._children)
+        with contextlib.suppress(FileNotFoundError):
+            (self.dir / STATE_FILE).unlink()
+        return killed
+
+    def run_kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        """``kubectl ARGS`` as the admin, output captured."""
+        return subprocess.run(
+            [str(self.kubectl), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=timeout,
+            env=_child_env(),
+        )
+
+    def client(self) -> Kube:
+        """A plain HTTPS client as the admin."""
+        return Kube(self.server, tls_context(self.ca_cert, *_admin_pair(self.dir)))
+
+    def __enter__(self) -> ControlPlane:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _waves(records: Sequence[Record]) -> list[list[Record]]:
+    """The API server's clients first, then the API server, then etcd."""
+    last = ("kube-apiserver", "etcd")
+    return [[r for r in records if r.name not in last]] + [[r for r in records if r.name == n] for n in last]
+
+
+def _admin_pair(directory: Path) -> tuple[Path, Path]:
+    return directory / "pki" / "admin.crt", directory / "pki" / "admin.key"
+
+
+def stop_directory(directory: Path | str | None = None, grace: float = 10.0) -> tuple[list[str], list[str]]:
+    """What ``down`` does: stop every process recorded in ``directory``. Returns the names that were
+    running and those that needed SIGKILL; nothing recorded or nothing running is not an error."""
+    directory = (Path(directory) if directory is not None else default_dir()).resolve()
+    state = directory / STATE_FILE
+    records, _ = processes.load_records(state)
+    running = [r.name for r in records if processes.is_ours(r)]
+    killed = processes.stop(_waves(records), grace)
+    with contextlib.suppress(FileNotFoundError):
+        state.unlink()
+    return running, killed
+
+
+class _Starter:
+    """One ``up``: the order components start in, and how each is known to be healthy."""
+
+    def __init__(self, directory: Path, bin_dir: Path, echo: Echo, timeout: float) -> None:
+        self.dir = directory
+        self.bin = bin_dir
+        self.echo = echo
+        self.timeout = timeout
+        self.records: list[Record] = []
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.launched: dict[str, float] = {}
+        self.webhooks_registered = False
+        (
+            self.etcd_port,
+            self.etcd_peer_port,
+            self.apiserver_port,
+            self.kcm_port,
+            self.scheduler_port,
+            self.kwok_port,
+            self.webhook_port,
+            self.jobset_health_port,
+        ) = processes.free_ports(8)
+        self.server = f"https://127.0.0.1:{self.apiserver_port}"
+
+    # -- the sequence ------------------------------------------------------------------------
+    def run(self) -> ControlPlane:
+        t0 = time.monotonic()
+        self._prepare_directory()
+        # Everything read from disk first: a missing module or file fails before anything starts.
+        module = install.jobset_module_dir(GO_MODULE)
+        jobset_crds = install.jobset_crds(module)
+        other_crds = install.trainer_and_podgroup_crds()
+        runtimes = install.runtimes()
+        pki = make_pki(self.dir / "pki", self.dir)
+        kubeconfigs = self._kubeconfigs(pki)
+        ca_ctx = tls_context(pki.ca.cert)
+        admin = Kube(self.server, tls_context(pki.ca.cert, pki.admin.cert, pki.admin.key))
+
+        self._launch("etcd", self._etcd_argv())
+        self._await(
+            "etcd", lambda: _ok(probe(f"http://127.0.0.1:{self.etcd_port}/health"), '"health":"true"')
+        )
+
+        self._launch("kube-apiserver", self._apiserver_argv(pki))
+        self._await("kube-apiserver", lambda: _ok(probe(f"{self.server}/readyz", admin.ctx)))
+
+        # kwok and JobSet need their bindings before they start (a 403 puts an informer into
+        # back-off), JobSet its CRD too; the rest can land while they start.
+        install.create_all(admin, install.cluster_admin_bindings())
+        self._launch("kube-controller-manager", self._controller_manager_argv(pki, kubeconfigs["kcm"]))
+        self._launch("kube-scheduler", self._scheduler_argv(pki, kubeconfigs["scheduler"]))
+        self._launch(
+            "kwok",
+            self._kwok_argv(kubeconfigs["kwok"]),
+            env=_child_env(HOME=str(self.dir / "kwok-home")),  # kwok also reads ~/.kwok/kwok.yaml
+        )
+        crds_started = time.monotonic()
+        install.create_all(admin, jobset_crds)
+        install.wait_established(admin, _names(jobset_crds), time.monotonic() + self.timeout)
+        self._launch(
+            "jobset",
+            [str(self.bin / "jobset"), f"--config={self._jobset_config(pki)}", "--zap-log-level=info"],
+            env=_child_env(KUBECONFIG=str(kubeconfigs["jobset"])),
+        )
+        install.create_all(admin, other_crds)
+        install.create_all(admin, install.nodes())
+
+        self._await(
+            "kube-controller-manager",
+            lambda: _ok(probe(f"https://127.0.0.1:{self.kcm_port}/healthz", ca_ctx)),
+        )
+        self._await(
+            "kube-scheduler",
+            lambda: _ok(probe(f"https://127.0.0.1:{self.scheduler_port}/healthz", ca_ctx)),
+        )
+        self._await(
+            "kwok",
+            lambda: _ok(probe(f"http://127.0.0.1:{self.kwok_port}/healthz")) and install.nodes_ready(admin),
+        )
+        self._await("jobset", lambda: self._jobset_ready(admin, module, pki.ca.cert))
+
+        deadline = time.monotonic() + self.timeout
+        install.wait_established(admin, _names(other_crds), deadline)
+        install.create_when_served(admin, runtimes, deadline)
+        install.create_all(admin, install.public_configmap())
+        self.echo(f"{'CRDs and runtimes installed':<28} {time.monotonic() - crds_started:5.1f}s")
+        self.echo(f"{'cluster up':<28} {time.monotonic() - t0:5.1f}s")
+        return ControlPlane(
+            dir=self.dir,
+            bin_dir=self.bin,
+            server=self.server,
+            kubeconfig=self.dir / "kubeconfig",
+            audit_log=self.dir / "audit.log",
+            ca_cert=pki.ca.cert,
+            sa_key=pki.sa_key,
+            sa_pub=pki.sa_pub,
+            records=list(self.records),
+            _children=list(self.children),
+        )
+
+    def abort(self) -> None:
+        processes.stop(_waves(self.records), 5.0, self.children)
+        with contextlib.suppress(FileNotFoundError):
+            (self.dir / STATE_FILE).unlink()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _prepare_directory(self) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        records, _ = processes.load_records(self.dir / STATE_FILE)
+        alive = [r for r in records if processes.is_ours(r)]
+        if alive:
+            names = ", ".join(f"{r.name} (pid {r.pid})" for r in alive)
+            raise AlreadyRunning(f"a cluster is already running in {self.dir}: {names}; stop it with `down`")
+        for name in _OWNED:
+            path = self.dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+        (self.dir / "logs").mkdir()
+        (self.dir / "kwok-home").mkdir()
+
+    def _kubeconfigs(self, pki: Pki) -> dict[str, Path]:
+        write_kubeconfig(self.dir / "kubeconfig", self.server, pki.ca.cert, pki.admin, ADMIN_USER)
+        pairs: dict[str, KeyPair] = {
+            "kcm": pki.controller_manager,
+            "scheduler": pki.scheduler,
+            "kwok": pki.kwok,
+            "jobset": pki.jobset,
+        }
+        return {
+            name: write_kubeconfig(
+                self.dir / "pki" / f"{name}.kubeconfig", self.server, pki.ca.cert, pair, name
+            )
+            for name, pair in pairs.items()
+        }
+
+    def _launch(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+        proc = processes.launch(name, argv, self.dir / "logs" / f"{name}.log", env or _child_env())
+        self.children.append(proc)
+        self.records.append(Record(name=name, pid=proc.pid, binary=argv[0]))
+        self.launched[name] = time.monotonic()
+        processes.save_records(
+            self.dir / STATE_FILE, self.records, {"bin_dir": str(self.bin), "server": self.server}
+        )
+
+    def _await(self, name: str, healthy: Callable[[], bool]) -> None:
+        """Until ``healthy()``; fails naming ``name`` if its process exits or the time runs out."""
+        proc = next(p for p, r in zip(self.children, self.records, strict=True) if r.name == name)
+        log = self.dir / "logs" / f"{name}.log"
+        started = self.launched[name]
+        last_error = ""
+        while True:
+            code = proc.poll()
+            if code is not None:
+                raise StartError(name, f"exited with code {code}", processes.tail(log))
+            try:
+                if healthy():
+                    break
+            except (OSError, KubeError) as e:  # not answering yet, or answering "not yet"
+                last_error = f" (last error: {e})"
+            if time.monotonic() - started > self.timeout:
+                reason = f"not healthy after {self.timeout:.0f}s{last_error}"
+                raise StartError(name, reason, processes.tail(log))
+            time.sleep(0.1)
+        self.echo(f"{name:<28} {time.monotonic() - started:5.1f}s")
+
+    def _jobset_ready(self, admin: Kube, module: Path, ca: Path) -> bool:
+        """JobSet's webhook server is up; register its webhooks once, then wait until the API
+        server calls them."""
+        if not self.webhooks_registered:
+            if not _ok(probe(f"http://127.0.0.1:{self.jobset_health_port}/readyz")):
+                return False
+            hooks = install.jobset_webhooks(module, self.webhook_port, ca.read_bytes())
+            install.create_all(admin, hooks)
+            self.webhooks_registered = True
+        return install.jobset_webhooks_active(admin)
+
+    # -- command lines -----------------------------------------------------------------------
+    def _etcd_argv(self) -> list[str]:
+        client = f"http://127.0.0.1:{self.etcd_port}"
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        return [
+            str(self.bin / "etcd"),
+            "--name=trainer-cluster",
+            f"--data-dir={self.dir / 'etcd'}",
+            f"--listen-client-urls={client}",
+            f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}",
+            f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=trainer-cluster={peer}",
+            "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",  # a throwaway cluster: durability costs seconds on slow disks
+            "--log-level=warn",
+        ]
+
+    def _apiserver_argv(self, pki: Pki) -> list[str]:
+        policy = self.dir / "audit-policy.yaml"
+        policy.write_bytes(
+            resources.files("trainer_sandbox.cluster").joinpath("audit-policy.yaml").read_bytes()
+        )
+        return [
+            str(self.bin / "kube-apiserver"),
+            f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
+            "--bind-address=127.0.0.1",
+            "--advertise-address=127.0.0.1",
+            f"--secure-port={self.apiserver_port}",
+            f"--cert-dir={self.dir / 'pki'}",
+            f"--tls-cert-file={pki.apiserver.cert}",
+            f"--tls-private-key-file={pki.apiserver.key}",
+            f"--client-ca-file={pki.ca.cert}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={SERVICE_ACCOUNT_ISSUER}",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            "--allow-privileged=true",
+            "--profiling=false",
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.dir / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",  # each event is written before its response is sent
+            "--audit-log-maxsize=0",
+            "--audit-log-maxbackup=0",
+        ]
+
+    def _controller_manager_argv(self, pki: Pki, kubeconfig: Path) -> list[str]:
+        return [
+            str(self.bin / "kube-controller-manager"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.kcm_port}",
+            f"--tls-cert-file={pki.controller_manager_serving.cert}",
+            f"--tls-private-key-file={pki.controller_manager_serving.key}",
+            f"--controllers={','.join(CONTROLLERS)}",
+            "--use-service-account-credentials=true",
+            "--leader-elect=false",
+            f"--service-account-private-key-file={pki.sa_key}",
+            f"--root-ca-file={pki.ca.cert}",
+        ]
+
+    def _scheduler_argv(self, pki: Pki, kubeconfig: Path) -> list[str]:
+        return [
+            str(self.bin / "kube-scheduler"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1",
+            f"--secure-port={self.scheduler_port}",
+            f"--tls-cert-file={pki.scheduler_serving.cert}",
+            f"--tls-private-key-file={pki.scheduler_serving.key}",
+            "--leader-elect=false",
+        ]
+
+    def _kwok_argv(self, kubeconfig: Path) -> list[str]:
+        stages = write_stages(self.dir / "kwok-stages.yaml")
+        return [
+            str(self.bin / "kwok"),
+            f"--kubeconfig={kubeconfig}",
+            f"--config={stages}",
+            f"--manage-nodes-with-annotation-selector={NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}",
+            "--cidr=10.244.0.0/16",
+            "--node-ip=10.0.0.1",
+            "--node-lease-duration-seconds=0",
+            f"--server-address=127.0.0.1:{self.kwok_port}",
+        ]
+
+    def _jobset_config(self, pki: Pki) -> Path:
+        """JobSet's Configuration: our certificate instead of its own rotation (which needs a
+        Secret and a Service in-cluster), webhooks and probes on loopback, metrics off."""
+        config: dict[str, Any] = {
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1",
+            "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {
+                "host": "127.0.0.1",
+                "port": self.webhook_port,
+                "certDir": str(pki.jobset_webhook.cert.parent),
+            },
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.jobset_health_port}"},
+            "metrics": {"bindAddress": "0"},
+        }
+        path = self.dir / "jobset-config.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return path
+
+
+def _ok(answer: tuple[int, str] | None, contains: str = "") -> bool:
+    return answer is not None and answer[0] == 200 and contains in answer[1]
+
+
+def _names(crds: Sequence[dict[str, Any]]) -> list[str]:
+    return [str(c["metadata"]["name"]) for c in crds]
+
+
+@contextlib.contextmanager
+def running(directory: Path | str | None = None, **kwargs: Any) -> Iterator[ControlPlane]:
+    """``with running(dir) as cp:`` starts a cluster and stops it on the way out."""
+    cp = ControlPlane.start(directory, **kwargs)
+    try:
+        yield cp
+    finally:
+        cp.stop()
