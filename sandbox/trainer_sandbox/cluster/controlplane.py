@@ -46,6 +46,11 @@ CONTROLLERS = (
     "ttl-after-finished-controller",
     "root-ca-certificate-publisher-controller",
     "clusterrole-aggregation-controller",
+    # Runtimes with volumeClaimPolicies (torchtune's) get PVCs from JobSet; the binder binds them
+    # to the pool of volumes `up` creates (install.volumes), and the pods can be scheduled.
+    "persistentvolume-binder-controller",
+    "persistentvolume-protection-controller",
+    "persistentvolumeclaim-protection-controller",
 )
 # Everything `up` writes into the directory; removed before a new cluster starts there.
 _OWNED = (
@@ -301,6 +306,7 @@ class _Starter:
         )
         install.create_all(admin, other_crds)
         install.create_all(admin, install.nodes())
+        install.create_all(admin, install.volumes())
 
         self._await(
             "kube-controller-manager",

@@ -118,6 +118,33 @@ def nodes(count: int = NODE_COUNT) -> list[Obj]:
     return out
 
 
+VOLUME_COUNT = 64
+VOLUME_SIZE = "1Ti"
+
+
+def volumes(count: int = VOLUME_COUNT) -> list[Obj]:
+    """A pool of PersistentVolumes for the PVCs JobSet makes from a runtime's volumeClaimPolicies.
+
+    No storage provisioner runs (nothing would provision a disk for a fake node), so claims are
+    bound statically, one volume each, by the controller manager's binder. Volumes are never
+    reclaimed: the pool is sized for a session of tests, not for a long-lived cluster.
+    """
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"pool-{i:03d}", "labels": {"type": "kwok"}},
+            "spec": {
+                "capacity": {"storage": VOLUME_SIZE},
+                "accessModes": ["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "hostPath": {"path": f"/tmp/kwok-volumes/pool-{i:03d}"},
+            },
+        }
+        for i in range(count)
+    ]
+
+
 def jobset_crds(module: Path) -> list[Obj]:
     base = module / "config" / "components" / "crd" / "bases"
     return [
