@@ -2,16 +2,12 @@
 
 The scheduler starts a TrainJob's pods only when all of them fit, so a half-placed job never
 holds GPUs while it waits for the rest. Pods join the group by label; the PodGroup says how many
-pods and how many resources the whole gang needs (mpi-gang-lifecycle.md §3).
+pods and how many resources the whole gang needs (docs/upstream-behaviour.md §coscheduling).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from trainer.plugin import CoschedulingPolicy, Info, TrainingRuntimeSpec, gang_totals, hookimpl
-
-Obj = dict[str, Any]
+from trainer.plugin import CoschedulingPolicy, Info, Obj, TrainingRuntimeSpec, gang_totals, hookimpl
 
 POD_GROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 POD_GROUP_KIND = "PodGroup"

@@ -4,7 +4,7 @@ An init container copies a prebuilt Flux view into a shared volume and writes th
 configuration; the trainer command is wrapped by an entrypoint that starts a Flux broker on every
 node and, on the first node, submits the original command to the whole instance. The brokers
 authenticate each other with a CURVE certificate derived from the TrainJob's uid, so every
-reconcile writes the same Secret (mpi-gang-lifecycle.md §5).
+reconcile writes the same Secret (docs/upstream-behaviour.md §flux).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from trainer.plugin import (
     FieldError,
     FluxPolicy,
     Info,
+    Obj,
     PluginError,
     PodSet,
     TrainingRuntimeSpec,
@@ -31,8 +32,6 @@ from trainer.plugin import (
     upsert_volumes,
 )
 from trainer.plugin import constants as c
-
-Obj = dict[str, Any]
 
 INSTALLER = "flux-installer"
 ENTRYPOINT_SUFFIX = "-flux-entrypoint"

@@ -7,13 +7,13 @@ template).
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from trainer.plugin import (
     Endpoints,
     Facts,
     FieldError,
     Info,
+    Obj,
     PodSet,
     TrainingRuntimeSpec,
     ValidationContext,
@@ -27,8 +27,6 @@ from trainer.plugin import (
     upsert_env,
 )
 from trainer.plugin import constants as c
-
-Obj = dict[str, Any]
 
 # The path part of a domain-prefixed path (Kubernetes' IsDomainPrefixedPath, which upstream uses
 # for runtime patch managers).
@@ -240,7 +238,7 @@ def _check_initializer(jobset_spec: Obj, job: str, config: str, runtime: str) ->
 
 
 def _check_patch_targets(ctx: ValidationContext, index: int) -> list[FieldError]:
-    """DECISIONS.md §2: a patch that names what the runtime lacks is refused, naming it."""
+    """docs/decisions.md §2: a patch that names what the runtime lacks is refused, naming it."""
     errors: list[FieldError] = []
     patch = (ctx.trainjob_obj["spec"]["runtimePatches"][index].get("trainingRuntimeSpec") or {}).get(
         "template"

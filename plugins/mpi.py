@@ -3,8 +3,8 @@
 The launcher reaches every node over SSH with one key pair per TrainJob (a Secret created once
 and never re-keyed, because pods that are already running hold the old key) and finds the nodes
 in a hostfile (a ConfigMap recomputed on every reconcile, because it only follows the counts).
-OpenMPI is upstream's contract (mpi-gang-lifecycle.md §2); Intel MPI and MPICH follow the Kubeflow
-MPI Operator's conventions (DECISIONS.md §5).
+OpenMPI is upstream's contract (docs/upstream-behaviour.md §mpi); Intel MPI and MPICH follow the Kubeflow
+MPI Operator's conventions (docs/decisions.md §5).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from trainer.plugin import (
     FieldError,
     Info,
     MPIPolicy,
+    Obj,
     PluginError,
     PodSet,
     TrainingRuntimeSpec,
@@ -32,8 +33,6 @@ from trainer.plugin import (
     upsert_volumes,
 )
 from trainer.plugin import constants as c
-
-Obj = dict[str, Any]
 
 SSH_AUTH_VOLUME = "mpi-ssh-auth"
 SSH_AUTH_SUFFIX = "-mpi-ssh-auth"
@@ -128,7 +127,7 @@ class MPIPlugin:
             upsert_volumes(pod_set.pod_spec, [_hostfile_volume(info)])
             node = pod_set.container(c.NODE)
             if node is None:
-                continue  # spec §2.4: only containers named node get mounts and env
+                continue  # only containers named node get mounts and env (docs/upstream-behaviour.md §mpi)
             if implementation is None:
                 raise PluginError(
                     f"MPI implementation {mpi.mpi_implementation!r} is not supported: "
@@ -204,8 +203,8 @@ def _job_names(ctx: ValidationContext) -> set[str]:
 
 
 def node_count(info: Info, current: int, num_nodes: int | None = None) -> int:
-    """The node pod set's count (spec §2.2): the TrainJob's numNodes, less the launcher when it
-    is a node itself; ``current`` (from the runtime) when the TrainJob does not say."""
+    """The node pod set's count (docs/upstream-behaviour.md §mpi): the TrainJob's numNodes, less the
+    launcher when it is a node itself; ``current`` (from the runtime) when the TrainJob does not say."""
     mpi = _policy(info)
     if num_nodes is None:
         trainer = info.trainjob.spec.trainer
@@ -216,8 +215,8 @@ def node_count(info: Info, current: int, num_nodes: int | None = None) -> int:
 
 
 def slots(info: Info) -> int:
-    """Processes per node (spec §2.3): the TrainJob's number, else the runtime's, where a runtime
-    value of 1 (the default) gives way to the GPU count per node."""
+    """Processes per node (docs/upstream-behaviour.md §mpi): the TrainJob's number, else the runtime's,
+    where a runtime value of 1 (the default) gives way to the GPU count per node."""
     mpi = _policy(info)
     assert mpi is not None
     trainer = info.trainjob.spec.trainer
@@ -340,7 +339,7 @@ def hostfile_size(info: Info, mpi: MPIPolicy, num_nodes: int | None = None) -> i
 
 
 def _validate_hostfile_size(info: Info, mpi: MPIPolicy) -> list[FieldError]:
-    """DECISIONS.md §6: refuse a TrainJob whose hostfile cannot be stored, saying what fits."""
+    """docs/decisions.md §6: refuse a TrainJob whose hostfile cannot be stored, saying what fits."""
     try:
         size = hostfile_size(info, mpi)
     except PluginError:

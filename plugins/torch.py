@@ -23,8 +23,6 @@ from trainer.plugin import (
 )
 from trainer.plugin import constants as c
 
-Obj = dict[str, Any]
-
 RESERVED_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TUNE_COMMAND = ["tune", "run"]
 SUPPORTED_TUNE_MODELS = ("llama3_2/1B", "llama3_2/3B", "llama3_3/70B", "qwen2_5/1.5B")

@@ -2,16 +2,15 @@
 
 Pods join the group by annotation. Beyond the gang size and resources, Volcano's PodGroup takes
 the queue (from the runtime's template annotations, which a TrainJob may patch), the priority
-class of the pods and the network topology constraint (mpi-gang-lifecycle.md §4).
+class of the pods and the network topology constraint (docs/upstream-behaviour.md §volcano).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainer.plugin import (
     FieldError,
     Info,
+    Obj,
     TrainingRuntimeSpec,
     ValidationContext,
     VolcanoPolicy,
@@ -19,8 +18,6 @@ from trainer.plugin import (
     hookimpl,
     invalid,
 )
-
-Obj = dict[str, Any]
 
 POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 POD_GROUP_KIND = "PodGroup"

@@ -125,9 +125,9 @@ def test_sandbox_wheel_carries_the_stand_in(tmp_path: Path) -> None:
         tmp_path / "src",
         ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"),
     )
+    pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path)]
-        + [str(source)],
+        [*pip_wheel, "-w", str(tmp_path), str(source)],
         check=True,
         capture_output=True,
         timeout=300,

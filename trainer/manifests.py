@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-Obj = dict[str, Any]
+from trainer.api.objects import Obj
 
 
 class ManifestError(Exception):

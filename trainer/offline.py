@@ -15,14 +15,12 @@ import uuid
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
 
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.apimachinery.errors import AdmissionError, FieldError, required
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts
-
-Obj = dict[str, Any]
 
 # Kinds the render core reads as cluster facts; any other kind is ignored with a note.
 FACT_KINDS = ("JobSet", "ConfigMap", "Secret", "PodGroup", "PriorityClass")

@@ -8,6 +8,7 @@ names can move without breaking anyone. docs/plugins.md explains each name.
 from __future__ import annotations
 
 from trainer.api import constants
+from trainer.api.objects import Obj
 from trainer.api.quantity import cpu_count, gpu_count
 from trainer.api.runtime import (
     CoschedulingPolicy,
@@ -47,6 +48,7 @@ __all__ = [
     "JAXPolicy",
     "MLPolicy",
     "MPIPolicy",
+    "Obj",
     "PluginError",
     "PodGroupPolicy",
     "PodSet",

@@ -7,11 +7,10 @@ import argparse
 import json
 import re
 import sys
-from typing import Any
 
+from trainer.api.objects import Obj
 from trainer.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 
-Obj = dict[str, Any]
 REDACTED = "<redacted>"
 
 

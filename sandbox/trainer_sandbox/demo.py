@@ -17,7 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TextIO
 
-Obj = dict[str, Any]
+from trainer.api.objects import Obj
+
 TJ = "trainer.kubeflow.org/v1alpha1"
 JS = "jobset.x-k8s.io/v1alpha2"
 # The examples the live demo runs, each made quick: pods "run" for a couple of seconds.

@@ -23,10 +23,11 @@ import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainer.api.objects import Obj
 from trainer.apimachinery.errors import FieldError, forbidden, invalid
 from trainer_sandbox.apiserver.core import generate_suffix, now
 from trainer_sandbox.apiserver.errors import APIError
-from trainer_sandbox.apiserver.storage import Event, Key, Obj
+from trainer_sandbox.apiserver.storage import Event, Key
 
 if TYPE_CHECKING:
     from trainer_sandbox.apiserver.server import LocalAPIServer
@@ -74,7 +75,8 @@ DEFAULT_RUN_SECONDS = 2.0
 
 # -- JobSet defaulting and validation webhooks -------------------------------------------------
 def jobset_defaults(js: Obj) -> None:
-    """The defaults of JobSet's mutating webhook."""
+    """The defaults of JobSet's mutating webhook (v0.12: registered for CREATE only, so an update
+    that drops a defaulted field keeps it dropped, and the update rule then sees the change)."""
     spec = js.setdefault("spec", {})
     spec.setdefault("successPolicy", {"operator": "All"})
     spec.setdefault("startupPolicy", {"startupPolicyOrder": "AnyOrder"})
@@ -89,9 +91,11 @@ def jobset_defaults(js: Obj) -> None:
     network = spec.setdefault("network", {})
     network.setdefault("enableDNSHostnames", True)
     network.setdefault("publishNotReadyAddresses", True)
-    for rule in (spec.get("failurePolicy") or {}).get("rules") or []:
-        rule.setdefault("action", "RestartJobSet")
-    spec.setdefault("managedBy", CONTROLLER_NAME)
+    # A rule's name is defaulted (the CRD requires it); its action is not (required, no default).
+    for i, rule in enumerate((spec.get("failurePolicy") or {}).get("rules") or []):
+        if not rule.get("name"):
+            rule["name"] = f"failurePolicyRule{i}"
+    # managedBy is not defaulted: a JobSet without one is the JobSet controller's.
 
 
 def jobset_validate(js: Obj, old: Obj | None) -> list[FieldError]:

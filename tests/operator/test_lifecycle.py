@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import time
 
-from operator_helpers import OPERATOR_USER, TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
-from trainer_sandbox.apiserver import LocalAPIServer
+from operator_helpers import (
+    TJ,
+    conditions,
+    get_or_none,
+    operator_requests,
+    operator_writes,
+    trainjob,
+    wait_for,
+)
+from trainer_sandbox.backends import Cluster
 
 from trainer.controller.embedded import EmbeddedOperator
 
@@ -13,10 +21,8 @@ JS = "jobset.x-k8s.io/v1alpha2"
 RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]
 
 
-def test_trainjob_runs_to_complete_with_minimal_writes(
-    cluster: LocalAPIServer, operator: EmbeddedOperator
-) -> None:
-    mark = len(cluster.audit.records)
+def test_trainjob_runs_to_complete_with_minimal_writes(cluster: Cluster, operator: EmbeddedOperator) -> None:
+    mark = cluster.audit_mark()
     cluster.create(trainjob("mnist", trainer={"numNodes": 2, "env": RUN_FAST}))
     jobset = wait_for(lambda: get_or_none(cluster, JS, "JobSet", "mnist"), what="the JobSet")
     writes = operator_writes(cluster, mark)
@@ -36,15 +42,13 @@ def test_trainjob_runs_to_complete_with_minimal_writes(
     ]
 
 
-def test_steady_state_and_noop_reconcile_write_nothing(
-    cluster: LocalAPIServer, operator: EmbeddedOperator
-) -> None:
+def test_steady_state_and_noop_reconcile_write_nothing(cluster: Cluster, operator: EmbeddedOperator) -> None:
     cluster.create(trainjob("idle", suspend=True))
     wait_for(lambda: conditions(cluster, "idle").get("Suspended") == ("True", "Suspended"), what="Suspended")
     assert operator.idle()
-    mark = len(cluster.audit.records)
+    mark = cluster.audit_mark()
     # Force reconciles of a TrainJob whose world is as it should be.
-    _requeue(operator, ("default", "idle"))
+    _requeue(operator, (cluster.namespace, "idle"))
     time.sleep(1.0)
     assert operator.idle()
     assert operator_writes(cluster, mark, events=True) == []
@@ -52,13 +56,13 @@ def test_steady_state_and_noop_reconcile_write_nothing(
 
 def _requeue(operator: EmbeddedOperator, key: tuple[str, str]) -> None:
     loop = operator._loop
-    assert loop is not None and operator.operator.reconciler is not None
+    assert loop is not None
     for _ in range(3):
-        loop.call_soon_threadsafe(operator.operator.reconciler.queue.add, key)
+        loop.call_soon_threadsafe(operator.operator.queue.add, key)
         time.sleep(0.2)
 
 
-def test_suspend_and_resume(cluster: LocalAPIServer, operator: EmbeddedOperator) -> None:
+def test_suspend_and_resume(cluster: Cluster, operator: EmbeddedOperator) -> None:
     cluster.create(trainjob("pausable", suspend=True, trainer={"env": RUN_FAST}))
     wait_for(
         lambda: (get_or_none(cluster, JS, "JobSet", "pausable") or {}).get("spec", {}).get("suspend") is True
@@ -73,7 +77,7 @@ def test_suspend_and_resume(cluster: LocalAPIServer, operator: EmbeddedOperator)
 
 
 def test_deleted_jobset_recreated_while_running_not_after_finish(
-    cluster: LocalAPIServer, operator: EmbeddedOperator
+    cluster: Cluster, operator: EmbeddedOperator
 ) -> None:
     cluster.create(trainjob("long", trainer={"env": [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]}))
     first = wait_for(lambda: get_or_none(cluster, JS, "JobSet", "long"), what="the JobSet")
@@ -102,9 +106,7 @@ def test_deleted_jobset_recreated_while_running_not_after_finish(
     assert conditions(cluster, "short")["Complete"][0] == "True"
 
 
-def test_missing_runtime_shows_on_status_and_recovers(
-    cluster: LocalAPIServer, operator: EmbeddedOperator
-) -> None:
+def test_missing_runtime_shows_on_status_and_recovers(cluster: Cluster, operator: EmbeddedOperator) -> None:
     cluster.create(trainjob("waiting", runtime="not-yet"))
     wait_for(lambda: "ReconcileFailed" in conditions(cluster, "waiting"), what="ReconcileFailed")
     assert conditions(cluster, "waiting")["ReconcileFailed"] == ("True", "TrainingRuntimeNotFound")
@@ -120,19 +122,19 @@ def test_missing_runtime_shows_on_status_and_recovers(
         lambda: get_or_none(cluster, JS, "JobSet", "waiting"), what="the JobSet after the runtime appeared"
     )
     wait_for(lambda: "ReconcileFailed" not in conditions(cluster, "waiting"), what="the condition removed")
-    refused = [r for r in cluster.audit.records if r.user == OPERATOR_USER and r.status >= 400]
+    refused = [r for r in operator_requests(cluster, cluster.start_mark) if r.status >= 400]
     assert refused == [], "removing the only condition removes the status whole (it needs a property)"
 
 
 def test_restart_mid_lifecycle_converges_without_duplicate_writes(
-    cluster: LocalAPIServer, operator_kubeconfig: str
+    cluster: Cluster, operator_kubeconfig: str
 ) -> None:
-    with EmbeddedOperator(operator_kubeconfig) as first:
+    with EmbeddedOperator(operator_kubeconfig, namespaces=[cluster.namespace]) as first:
         cluster.create(trainjob("survivor", suspend=True))
         wait_for(lambda: conditions(cluster, "survivor").get("Suspended", ("",))[0] == "True")
         assert first.idle()
-    mark = len(cluster.audit.records)
-    with EmbeddedOperator(operator_kubeconfig) as second:
+    mark = cluster.audit_mark()
+    with EmbeddedOperator(operator_kubeconfig, namespaces=[cluster.namespace]) as second:
         time.sleep(1.0)
         assert second.idle()
         assert operator_writes(cluster, mark, events=True) == [], "a restart re-creates or rewrites nothing"
@@ -144,7 +146,7 @@ def test_restart_mid_lifecycle_converges_without_duplicate_writes(
 
 
 def test_children_the_watches_do_not_see_are_read_once_not_retried_forever(
-    cluster: LocalAPIServer, operator: EmbeddedOperator
+    cluster: Cluster, operator: EmbeddedOperator
 ) -> None:
     """Objects without our label (made by hand, by upstream's operator) exist but never reach our
     label-selected watches: a create that meets one reads it instead of retrying in a loop."""
@@ -156,7 +158,7 @@ def test_children_the_watches_do_not_see_are_read_once_not_retried_forever(
     failed = next(c for c in tj["status"]["conditions"] if c["type"] == "ReconcileFailed")
     assert "owned by another object" in failed["message"]
 
-    # An SSH Secret that exists is used as it is, labelled or not (mpi-gang-lifecycle.md §2.5).
+    # An SSH Secret that exists is used as it is, labelled or not (docs/upstream-behaviour.md §mpi-ssh-secret).
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -168,19 +170,19 @@ def test_children_the_watches_do_not_see_are_read_once_not_retried_forever(
     cluster.create(trainjob("ds", runtime="deepspeed-distributed", trainer={"numNodes": 2}))
     wait_for(lambda: get_or_none(cluster, JS, "JobSet", "ds"), what="the JobSet of an MPI TrainJob")
     assert cluster.get("v1", "Secret", "ds-mpi-ssh-auth")["data"] == secret["data"]
-    conflicts = [r for r in cluster.audit.records if r.user == OPERATOR_USER and r.status == 409]
+    conflicts = [r for r in operator_requests(cluster, cluster.start_mark) if r.status == 409]
     assert len(conflicts) <= 2, [(r.resource, r.name) for r in conflicts]
 
 
 def test_configmaps_and_secrets_are_watched_through_a_label_selector(
-    cluster: LocalAPIServer, operator: EmbeddedOperator
+    cluster: Cluster, operator: EmbeddedOperator
 ) -> None:
     cluster.create(trainjob("watched", suspend=True))
     wait_for(lambda: "Suspended" in conditions(cluster, "watched"), what="Suspended")
     reads = [
         r
-        for r in cluster.audit.records
-        if r.user == OPERATOR_USER and r.resource in ("configmaps", "secrets") and r.verb in ("list", "watch")
+        for r in operator_requests(cluster, cluster.start_mark)
+        if r.resource in ("configmaps", "secrets") and r.verb in ("list", "watch")
     ]
     assert {r.resource for r in reads if r.verb == "watch"} == {"configmaps", "secrets"}
     unfiltered = [

@@ -8,17 +8,15 @@ rules, transition rules on update), then the webhook rules (the runtime exists, 
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 from trainer.admission.hints import api_version_hint, hints
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.apimachinery import structural
 from trainer.apimachinery.errors import AdmissionError, FieldError, forbidden, invalid, required
 from trainer.apimachinery.openapi import schemas
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts, PluginError, ValidationContext
-
-Obj = dict[str, Any]
 
 KINDS = (c.TRAINJOB_KIND, c.TRAINING_RUNTIME_KIND, c.CLUSTER_TRAINING_RUNTIME_KIND)
 _ANCESTOR_CONTAINERS = {
@@ -54,10 +52,10 @@ def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
 def default_object(obj: Obj, old: Obj | None, now: str) -> None:
     """The defaulting webhooks: what they change before the schema is checked.
 
-    DECISIONS.md §9: numbers are accepted where the CRDs take quantity strings (the Kubeflow SDK
+    docs/decisions.md §9: numbers are accepted where the CRDs take quantity strings (the Kubeflow SDK
     sends ``cpu: 2.0``; a runtime author writes ``cpu: 0.5``); they are written as canonical
     quantity strings, since the API server checks the schema after the mutating webhooks. For a
-    TrainJob, each runtime patch gets the time it was last changed (mpi-gang-lifecycle.md §7).
+    TrainJob, each runtime patch gets the time it was last changed (docs/upstream-behaviour.md §defaulting).
     Any field may still have any type here: what is not of the expected shape is left for the
     schema to refuse.
     """

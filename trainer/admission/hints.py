@@ -1,4 +1,4 @@
-"""Hints for manifests written against older or imagined versions of the API (DECISIONS.md §7).
+"""Hints for manifests written against older or imagined versions of the API (docs/decisions.md §7).
 
 Examples and blog posts still show Trainer "v2alpha1" objects, `mlPolicy.pytorch`, torch
 `numProcPerNode: auto` and `elasticPolicy`. A schema error alone ("unknown field") does not tell
@@ -7,12 +7,9 @@ a user what to write instead, so these are checked on the raw object, before the
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.apimachinery.errors import FieldError, invalid
-
-Obj = dict[str, Any]
 
 
 def api_version_hint(api_version: str) -> str | None:

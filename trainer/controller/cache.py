@@ -7,12 +7,9 @@ reconcile does not write the same thing again before the watch catches up).
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.runtime.info import Facts
-
-Obj = dict[str, Any]
 
 TrainJobKey = tuple[str, str]
 

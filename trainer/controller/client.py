@@ -16,11 +16,14 @@ import json
 import ssl
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import aiohttp
 
-Obj = dict[str, Any]
+from trainer.api.objects import Obj
+
+if TYPE_CHECKING:
+    import kopf
 
 MERGE_PATCH = "application/merge-patch+json"
 
@@ -41,6 +44,15 @@ class ResourceType:
     version: str
     plural: str
     namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def name(self) -> str:
+        """``plural.group``, as a CRD and RBAC name the resource."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
 
     def path(self, namespace: str | None, name: str | None = None, subresource: str | None = None) -> str:
         base = f"/api/{self.version}" if not self.group else f"/apis/{self.group}/{self.version}"
@@ -152,7 +164,7 @@ class ApiClient:
         self.requests = 0
 
     @classmethod
-    def from_connection_info(cls, info: Any, **kwargs: Any) -> ApiClient:
+    def from_connection_info(cls, info: kopf.ConnectionInfo, *, qps: float, burst: int) -> ApiClient:
         """Build from kopf's ConnectionInfo: the same server and credentials kopf watches with."""
         # kopf builds both exactly as its own watches do: tokens or basic auth, CA and client
         # certificates from files or inline (base64 or PEM) data, insecure-skip-tls-verify.
@@ -160,7 +172,7 @@ class ApiClient:
         context: ssl.SSLContext | bool | None = None
         if info.server.startswith("https"):
             context = False if info.insecure else info.as_ssl_context()
-        return cls(info.server, headers=headers, ssl_context=context, **kwargs)
+        return cls(info.server, headers=headers, ssl_context=context, qps=qps, burst=burst)
 
     async def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:

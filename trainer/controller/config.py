@@ -8,7 +8,6 @@ same setting exists (``clientConnection``, ``controller``, ``webhook``, ``metric
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -76,7 +75,7 @@ def load(path: str | None) -> Configuration:
         return Configuration()
     import yaml
 
-    data: Any = yaml.safe_load(Path(path).read_text()) or {}
+    data: object = yaml.safe_load(Path(path).read_text()) or {}
     return Configuration.model_validate(data)
 
 

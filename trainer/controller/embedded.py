@@ -11,7 +11,6 @@ import contextlib
 import threading
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
 
 from trainer.controller.config import Configuration
 from trainer.controller.operator import Operator
@@ -82,13 +81,14 @@ class EmbeddedOperator:
 
         from trainer.controller.client import ApiError
 
-        client = self.operator.client
-        assert client is not None and self._loop is not None
+        running, loop = self.operator.running, self._loop
+        if running is None or loop is None:
+            raise RuntimeError("the operator is not running")
         deadline = time.monotonic() + timeout
         for kind in ("validatingwebhookconfigurations", "mutatingwebhookconfigurations"):
             path = f"/apis/admissionregistration.k8s.io/v1/{kind}/trainer.kubeflow.org"
             while True:
-                future = asyncio.run_coroutine_threadsafe(client.request("GET", path), self._loop)
+                future = asyncio.run_coroutine_threadsafe(running.client.request("GET", path), loop)
                 try:
                     found = future.result(timeout)
                     if found.get("webhooks"):
@@ -136,7 +136,7 @@ class EmbeddedOperator:
     def __enter__(self) -> EmbeddedOperator:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def idle(self, timeout: float = 10) -> bool:
@@ -145,8 +145,7 @@ class EmbeddedOperator:
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            reconciler = self.operator.reconciler
-            if reconciler is not None and reconciler.queue.idle:
+            if self.operator.running is not None and self.operator.queue.idle:
                 return True
             time.sleep(0.05)
         return False

@@ -8,16 +8,15 @@ import logging
 import re
 import socket
 from datetime import UTC, datetime
-from typing import Any
 
 import aiohttp
 
-from trainer.controller.client import ApiClient, ApiError, ResourceType
+from trainer.api.objects import Obj
+from trainer.controller.client import ApiClient, ApiError
+from trainer.controller.resources import EVENTS
 
-Obj = dict[str, Any]
 logger = logging.getLogger("trainer.controller")
 
-EVENTS = ResourceType("", "v1", "events")
 MAX_MESSAGE = 1024
 COMPONENT = "trainer-operator"
 _PEM = re.compile(r"-----BEGIN [A-Z ]+-----.*?(-----END [A-Z ]+-----|$)", re.DOTALL)

@@ -8,12 +8,11 @@ import json
 import logging
 import signal
 import sys
-from typing import Any
 
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
+        out: dict[str, str] = {
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
             "level": record.levelname.lower(),
             "logger": record.name,

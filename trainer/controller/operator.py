@@ -12,48 +12,70 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
-from collections.abc import Collection
+import tempfile
+from collections.abc import Callable, Collection, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, cast
+from pathlib import Path
+from typing import cast
 
 import kopf
 
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.apimachinery.errors import AdmissionError
 from trainer.controller import events
 from trainer.controller.cache import Cache, owner_trainjob
-from trainer.controller.client import ApiClient, ApiError, ResourceType
+from trainer.controller.certs import CertificateReloader
+from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.config import Configuration, split_address
 from trainer.controller.metrics import Metrics
-from trainer.controller.reconciler import Reconciler, utc_now
+from trainer.controller.reconciler import Reconciler, WorkQueue, utc_now
+from trainer.controller.resources import CRDS, JOBSETS, WATCHED, Resource, Role
 from trainer.runtime import framework as fw
 
-Obj = dict[str, Any]
 logger = logging.getLogger("trainer.operator")
 
-TRAINJOBS = ResourceType(c.GROUP, c.VERSION, "trainjobs")
-TRAINING_RUNTIMES = ResourceType(c.GROUP, c.VERSION, "trainingruntimes")
-CLUSTER_RUNTIMES = ResourceType(c.GROUP, c.VERSION, "clustertrainingruntimes", namespaced=False)
-JOBSETS = ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets")
-CONFIGMAPS = ResourceType("", "v1", "configmaps")
-SECRETS = ResourceType("", "v1", "secrets")
-PODGROUPS = (
-    ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups"),
-    ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups"),
-)
-JOBSET_CRD = "jobsets.jobset.x-k8s.io"
+JOBSET_CRD = JOBSETS.type.name
 CHILD_LABEL = {c.TRAINJOB_NAME_LABEL: kopf.PRESENT}
-
-_KINDS = {
-    TRAINJOBS.plural: (c.API_VERSION, c.TRAINJOB_KIND),
-    TRAINING_RUNTIMES.plural: (c.API_VERSION, c.TRAINING_RUNTIME_KIND),
-    CLUSTER_RUNTIMES.plural: (c.API_VERSION, c.CLUSTER_TRAINING_RUNTIME_KIND),
-}
 
 
 class StartupError(Exception):
     """The operator cannot run in this cluster as it is (a prerequisite is missing)."""
+
+
+@dataclass
+class Running:
+    """What exists only once start-up has passed its checks: made in one piece, or not at all.
+
+    Code that holds one has every part of it; code that may run before start-up (or after
+    clean-up) has an ``Operator.running`` that is None, and its type says so.
+    """
+
+    connection: kopf.ConnectionInfo
+    client: ApiClient
+    recorder: events.Recorder
+    reconciler: Reconciler
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        for task in self.tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self.tasks.clear()
+        await self.recorder.stop()
+        await self.client.close()
+
+
+@dataclass
+class WebhookTLS:
+    """The webhook server's certificate: reloaded when it is renewed, removed if we made it."""
+
+    reloader: CertificateReloader
+    self_signed: tempfile.TemporaryDirectory[str] | None = None
 
 
 @dataclass
@@ -62,17 +84,14 @@ class Operator:
     namespaces: Collection[str] = ()
     cache: Cache = field(default_factory=Cache)
     metrics: Metrics = field(default_factory=Metrics)
-    client: ApiClient | None = None
-    reconciler: Reconciler | None = None
-    recorder: events.Recorder | None = None
-    workers: list[asyncio.Task[None]] = field(default_factory=list)
+    # Exists from the start, so a watch event that comes before the workers is kept, not lost.
+    queue: WorkQueue = field(default_factory=WorkQueue)
     framework: fw.Framework = field(init=False)
-    connection: Any = None
     serve_metrics: bool = True
     kubeconfig: str | None = None
-    cert_reloader: Any = None
-    _certs: Any = None  # a TemporaryDirectory holding a self-signed certificate, when we made one
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    running: Running | None = field(default=None, init=False)
+    tls: WebhookTLS | None = field(default=None, init=False)  # set by configure() when webhooks are on
 
     def __post_init__(self) -> None:
         plugins = self.config.plugins
@@ -90,135 +109,98 @@ class Operator:
         settings.posting.enabled = False  # our Events only, with our reasons
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
-        self.connection = login(self.kubeconfig)
-        budget = {"qps": self.config.client_connection.qps, "burst": self.config.client_connection.burst}
-        self.client = ApiClient.from_connection_info(self.connection, **budget)
-        await self._check_prerequisites()
-        await self._prime()
+        connection = login(self.kubeconfig)
+        budget = self.config.client_connection
+        client = ApiClient.from_connection_info(connection, qps=budget.qps, burst=budget.burst)
+        try:
+            await _check_prerequisites(client)
+            await self._prime(client)
+        except BaseException:
+            await client.close()
+            raise
         # Events get a client and budget of their own, as controller-runtime's recorder does.
-        self.recorder = events.Recorder(ApiClient.from_connection_info(self.connection, **budget))
-        self.recorder.start()
-        self.reconciler = Reconciler(self.client, self.cache, self.framework, self.metrics, self.recorder)
+        recorder = events.Recorder(
+            ApiClient.from_connection_info(connection, qps=budget.qps, burst=budget.burst)
+        )
+        recorder.start()
+        reconciler = Reconciler(client, self.cache, self.framework, self.metrics, recorder, self.queue)
+        self.running = running = Running(connection, client, recorder, reconciler)
         for key in list(self.cache.trainjobs):
-            self.reconciler.queue.add(key)
+            self.queue.add(key)
         for i in range(self.config.controller.trainjob_workers):
-            self.workers.append(asyncio.create_task(self.reconciler.worker(), name=f"trainjob-worker-{i}"))
+            running.tasks.append(asyncio.create_task(reconciler.worker(), name=f"trainjob-worker-{i}"))
         if self.serve_metrics:
             host, port = split_address(self.config.metrics.bind_address)
             self.metrics.serve(host, port)
-        if self.cert_reloader is not None:
-            self.workers.append(asyncio.create_task(self.cert_reloader.watch(), name="certificate-reloader"))
+        if self.tls is not None:
+            running.tasks.append(asyncio.create_task(self.tls.reloader.watch(), name="certificate-reloader"))
         self.ready.set()
 
     async def cleanup(self) -> None:
-        for task in self.workers:
-            task.cancel()
-        for task in self.workers:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        self.workers.clear()
-        if self.reconciler is not None:
-            self.reconciler.queue.shutdown()
-        if self.recorder is not None:
-            await self.recorder.stop()
-        if self.client is not None:
-            await self.client.close()
-        if self._certs is not None:
-            self._certs.cleanup()
-            self._certs = None
+        running, self.running = self.running, None
+        if running is not None:
+            await running.stop()
+        self.queue.shutdown()
+        if self.tls is not None and self.tls.self_signed is not None:
+            self.tls.self_signed.cleanup()
+            self.tls.self_signed = None
 
-    async def _check_prerequisites(self) -> None:
-        assert self.client is not None
-        crds = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
-        try:
-            await self.client.request("GET", crds.path(None, JOBSET_CRD))
-        except ApiError as exc:
-            if exc.code == 404:
-                raise StartupError(
-                    f"the JobSet CRD ({JOBSET_CRD}) is not installed: install JobSet first "
-                    "(see the install guide for supported versions)"
-                ) from exc
-            if exc.code != 403:  # without rights to read CRDs, the first JobSet write will tell
-                raise
-
-    async def _prime(self) -> None:
+    async def _prime(self, client: ApiClient) -> None:
         """Fill the cache before any reconcile, so a restart never acts on a half-known world."""
-        assert self.client is not None
         namespaces: list[str | None] = list(self.namespaces) or [None]
-        lists: list[tuple[ResourceType, str | None, str | None]] = [(CLUSTER_RUNTIMES, None, None)]
-        for ns in namespaces:
-            lists += [
-                (TRAINING_RUNTIMES, ns, None),
-                (TRAINJOBS, ns, None),
-                (JOBSETS, ns, None),
-                (CONFIGMAPS, ns, c.TRAINJOB_NAME_LABEL),
-                (SECRETS, ns, c.TRAINJOB_NAME_LABEL),
-                *((pg, ns, None) for pg in PODGROUPS),
-            ]
-        for rtype, ns, selector in lists:
-            try:
-                listed = await self.client.list(rtype, ns, label_selector=selector)
-            except ApiError as exc:
-                if exc.code == 404 and rtype in PODGROUPS:
-                    continue  # that gang scheduler is not installed
-                raise
-            api_version = listed.get("apiVersion", "v1")
-            kind = str(listed.get("kind", "")).removesuffix("List")
-            for item in listed.get("items") or []:
-                item.setdefault("apiVersion", api_version)
-                item.setdefault("kind", kind)
-                self.cache.observe(item)
+        for resource in WATCHED:
+            for ns in namespaces if resource.type.namespaced else [None]:
+                try:
+                    listed = await client.list(resource.type, ns, label_selector=resource.label_selector)
+                except ApiError as exc:
+                    if exc.code == 404 and resource.optional:
+                        break  # that API (a gang scheduler) is not installed
+                    raise
+                for item in listed.get("items") or []:
+                    self.cache.observe(_typed(item, resource))
 
     # --- watch events ---
 
-    def on_trainjob(self, event: Obj) -> None:
-        obj = _typed(event["object"], TRAINJOBS.plural)
+    def on_event(self, resource: Resource, event: kopf.RawEvent) -> None:
+        """Keep the cache current and queue the TrainJobs the change concerns."""
+        # kopf types the object as its RawBody TypedDict; it is the JSON the API server sent.
+        obj = _typed(cast(Obj, event["object"]), resource)
         meta = obj["metadata"]
-        key = (meta.get("namespace") or "default", meta["name"])
-        if event.get("type") == "DELETED":
-            self.cache.forget(c.TRAINJOB_KIND, key[0], key[1])
-            return
-        self.cache.observe(obj)
-        self._enqueue(key)
+        deleted = event["type"] == "DELETED"
+        if deleted:
+            self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
+        else:
+            self.cache.observe(obj)
+        match resource.role:
+            case Role.TRAINJOB:
+                if not deleted:
+                    self.queue.add((meta.get("namespace") or "default", meta["name"]))
+            case Role.RUNTIME:
+                if not deleted:
+                    self._runtime_arrived(obj)
+            case Role.CHILD:
+                owner = owner_trainjob(obj)
+                if owner is not None:
+                    self.queue.add(owner)
 
-    def on_runtime(self, event: Obj, plural: str) -> None:
-        obj = _typed(event["object"], plural)
-        meta = obj["metadata"]
-        if event.get("type") == "DELETED":
-            self.cache.forget(obj["kind"], meta.get("namespace"), meta["name"])
-            return
-        self.cache.observe(obj)
-        # A TrainJob waiting for this runtime (no snapshot yet) can go on now.
+    def _runtime_arrived(self, runtime: Obj) -> None:
+        """A TrainJob waiting for this runtime (no snapshot yet) can go on now."""
+        meta = runtime["metadata"]
         for key, trainjob in list(self.cache.trainjobs.items()):
             ref = trainjob.get("spec", {}).get("runtimeRef") or {}
             if (
                 ref.get("name") != meta["name"]
-                or (ref.get("kind") or c.CLUSTER_TRAINING_RUNTIME_KIND) != obj["kind"]
+                or (ref.get("kind") or c.CLUSTER_TRAINING_RUNTIME_KIND) != runtime["kind"]
             ):
                 continue
-            if obj["kind"] == c.TRAINING_RUNTIME_KIND and key[0] != meta.get("namespace"):
+            if runtime["kind"] == c.TRAINING_RUNTIME_KIND and key[0] != meta.get("namespace"):
                 continue
             if self.cache.get("ConfigMap", key[0], key[1] + c.RUNTIME_SNAPSHOT_SUFFIX) is None:
-                self._enqueue(key)
-
-    def on_child(self, event: Obj) -> None:
-        obj = event["object"]
-        meta = obj.get("metadata") or {}
-        owner = owner_trainjob(obj)
-        if event.get("type") == "DELETED":
-            self.cache.forget(obj["kind"], meta.get("namespace"), meta["name"], Cache.group_of(obj))
-        else:
-            self.cache.observe(obj)
-        if owner is not None:
-            self._enqueue(owner)
-
-    def _enqueue(self, key: tuple[str, str]) -> None:
-        if self.reconciler is not None:
-            self.reconciler.queue.add(key)
+                self.queue.add(key)
 
     # --- admission ---
 
-    def validate(self, body: Obj, old: Obj | None, warnings: list[str]) -> None:
+    def validate(self, body: kopf.Body, old: kopf.Body | None, warnings: list[str]) -> None:
         from trainer.admission.admit import admit
 
         obj = _plain(body)
@@ -231,7 +213,7 @@ class Operator:
             raise kopf.AdmissionError(_admission_message(exc), code=403) from exc
         warnings.extend(found)
 
-    def default(self, body: Obj, old: Obj | None, patch: kopf.Patch) -> None:
+    def default(self, body: kopf.Body, old: kopf.Body | None, patch: kopf.Patch) -> None:
         """The defaulting webhook: kopf diffs what ``default_object`` changes into a JSON patch."""
         from trainer.admission.admit import default_object
 
@@ -246,131 +228,117 @@ class Operator:
         registry = kopf.OperatorRegistry()
         on = kopf.on
 
+        # kopf passes every handler many keyword arguments; each takes the ones it needs.
         @on.startup(registry=registry)
-        async def _startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+        async def _startup(settings: kopf.OperatorSettings, **_: object) -> None:
             try:
                 await self.startup(settings)
             except StartupError as exc:
                 raise kopf.PermanentError(str(exc)) from exc
 
         @on.cleanup(registry=registry)
-        async def _cleanup(**_: Any) -> None:
+        async def _cleanup(**_: object) -> None:
             await self.cleanup()
 
         @on.login(registry=registry)
-        def _login_handler(**_: Any) -> Any:
-            return self.connection or login(self.kubeconfig)
+        def _login_handler(**_: object) -> kopf.ConnectionInfo:
+            return self.running.connection if self.running is not None else login(self.kubeconfig)
 
-        # Handlers take **kwargs only: kopf passes many keyword arguments and these need one.
-        # They are coroutines so that kopf calls them on the operator's event loop: kopf runs a
-        # plain function in a thread pool, and these change the cache and the work queue, which
-        # the workers use on the loop (an asyncio.Queue fed from another thread may not wake a
-        # waiting worker until some other I/O happens).
-        async def _trainjob(**kwargs: Any) -> None:
-            self.on_trainjob(kwargs["event"])
-
-        on.event(c.GROUP, c.VERSION, "trainjobs", registry=registry, id="trainjobs")(_trainjob)
-
-        async def _training_runtime(**kwargs: Any) -> None:
-            self.on_runtime(kwargs["event"], TRAINING_RUNTIMES.plural)
-
-        async def _cluster_runtime(**kwargs: Any) -> None:
-            self.on_runtime(kwargs["event"], CLUSTER_RUNTIMES.plural)
-
-        on.event(c.GROUP, c.VERSION, TRAINING_RUNTIMES.plural, registry=registry, id="trainingruntimes")(
-            _training_runtime
-        )
-        on.event(
-            c.GROUP, c.VERSION, CLUSTER_RUNTIMES.plural, registry=registry, id="clustertrainingruntimes"
-        )(_cluster_runtime)
-
-        async def _child(**kwargs: Any) -> None:
-            self.on_child(kwargs["event"])
-
-        on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", registry=registry, id="jobsets")(_child)
-        on.event("", "v1", "configmaps", labels=CHILD_LABEL, registry=registry, id="configmaps")(_child)
-        on.event("", "v1", "secrets", labels=CHILD_LABEL, registry=registry, id="secrets")(_child)
-        for pg in PODGROUPS:
-            on.event(pg.group, pg.version, pg.plural, registry=registry, id=f"podgroups-{pg.group}")(_child)
+        for resource in WATCHED:
+            rtype = resource.type
+            on.event(
+                rtype.group,
+                rtype.version,
+                rtype.plural,
+                labels=CHILD_LABEL if resource.labelled else None,
+                registry=registry,
+                id=rtype.name,
+            )(self._watch_handler(resource))
 
         if self.config.webhook.enabled:
 
-            def _validate(**kwargs: Any) -> None:
-                self.validate(kwargs["body"], kwargs.get("old"), kwargs["warnings"])
+            def _validate(
+                *, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None, **_: object
+            ) -> None:
+                self.validate(body, old, warnings)
 
-            def _default(**kwargs: Any) -> None:
-                self.default(kwargs["body"], kwargs.get("old"), kwargs["patch"])
+            def _default(
+                *, body: kopf.Body, patch: kopf.Patch, old: kopf.Body | None = None, **_: object
+            ) -> None:
+                self.default(body, old, patch)
 
-            # A validator and a defaulter for each kind. The defaulters write numbers given for
-            # quantities as quantity strings, runtimes included (DECISIONS.md §9), and stamp each
-            # TrainJob runtime patch with the time it last changed.
-            for plural in (TRAINJOBS.plural, TRAINING_RUNTIMES.plural, CLUSTER_RUNTIMES.plural):
-                kind = _KINDS[plural][1].lower()
+            # A validator and a defaulter for each kind of our API. The defaulters write numbers
+            # given for quantities as quantity strings, runtimes included (docs/decisions.md §9), and
+            # stamp each TrainJob runtime patch with the time it last changed.
+            for resource in WATCHED:
+                rtype = resource.type
+                if rtype.group != c.GROUP:
+                    continue
                 for register, handler, prefix in (
                     (on.validate, _validate, "validator"),
                     (on.mutate, _default, "defaulter"),
                 ):
                     register(
-                        c.GROUP,
-                        c.VERSION,
-                        plural,
+                        rtype.group,
+                        rtype.version,
+                        rtype.plural,
                         registry=registry,
-                        id=f"{prefix}.{kind}",
+                        id=f"{prefix}.{resource.kind.lower()}",
                         operations=["CREATE", "UPDATE"],
                     )(handler)
 
         return registry
 
+    def _watch_handler(self, resource: Resource) -> Callable[..., Coroutine[None, None, None]]:
+        """A coroutine, so that kopf calls it on the operator's event loop.
+
+        kopf runs a plain function in a thread pool, and a watch event changes the cache and the
+        work queue, which the workers use on the loop (an asyncio.Queue fed from another thread
+        may not wake a waiting worker until some other I/O happens).
+        """
+
+        async def handler(*, event: kopf.RawEvent, **_: object) -> None:
+            self.on_event(resource, event)
+
+        return handler
+
     def configure(self, settings: kopf.OperatorSettings) -> None:
         # The API server filters the ConfigMaps and Secrets it sends us: a handler's `labels=`
         # filters only after kopf has received every Secret of the cluster, keys and all.
-        for plural in ("configmaps", "secrets"):
-            settings.watching.label_selectors["v1", plural] = c.TRAINJOB_NAME_LABEL
+        for resource in WATCHED:
+            if resource.label_selector is not None:
+                rtype = resource.type
+                settings.watching.label_selectors[rtype.group, rtype.version, rtype.plural] = (
+                    resource.label_selector
+                )
         webhook = self.config.webhook
         if webhook.enabled:
-            from trainer.controller.certs import CertificateReloader
-
-            cert_dir = webhook.cert_dir or self._self_signed(webhook.advertise_host)
+            self_signed: tempfile.TemporaryDirectory[str] | None = None
+            if webhook.cert_dir:
+                cert_dir = webhook.cert_dir
+            else:
+                self_signed = _self_signed(webhook.advertise_host)
+                cert_dir = self_signed.name
             certfile, pkeyfile = f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"
-            self.cert_reloader = CertificateReloader(certfile, pkeyfile)
-            context = self.cert_reloader.context
+            self.tls = WebhookTLS(CertificateReloader(certfile, pkeyfile), self_signed)
             settings.admission.server = kopf.WebhookServer(
                 addr=webhook.host,
                 port=webhook.port,
                 certfile=certfile,
                 pkeyfile=pkeyfile,
                 host=webhook.advertise_host,
-                context=context,
+                context=self.tls.reloader.context,
             )
             if webhook.manage_configuration:
                 settings.admission.managed = "trainer.kubeflow.org"
-
-    def _self_signed(self, advertise_host: str | None) -> str:
-        """A certificate for a run without one (outside the chart, which mounts one).
-
-        kopf would make one only with an optional package (certbuilder); ours uses cryptography,
-        which the operator depends on anyway. The API server trusts it through the caBundle of the
-        configurations the operator manages (webhook.manageConfiguration).
-        """
-        import tempfile
-        from pathlib import Path
-
-        from trainer.controller.certs import write_self_signed
-
-        certs = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
-        self._certs = certs
-        hosts = sorted({advertise_host or "localhost", "localhost", "127.0.0.1"})
-        write_self_signed(Path(certs.name), hosts)
-        logger.info("webhooks: no certDir configured; serving a self-signed certificate for %s", hosts)
-        return certs.name
 
     async def run(
         self,
         *,
         clusterwide: bool,
         liveness_endpoint: str | None = None,
-        stop_flag: Any = None,
-        ready_flag: Any = None,
+        stop_flag: asyncio.Event | None = None,
+        ready_flag: asyncio.Event | None = None,
     ) -> None:
         settings = kopf.OperatorSettings()
         self.configure(settings)
@@ -384,6 +352,35 @@ class Operator:
             stop_flag=stop_flag,
             ready_flag=ready_flag,
         )
+
+
+async def _check_prerequisites(client: ApiClient) -> None:
+    try:
+        await client.request("GET", CRDS.path(None, JOBSET_CRD))
+    except ApiError as exc:
+        if exc.code == 404:
+            raise StartupError(
+                f"the JobSet CRD ({JOBSET_CRD}) is not installed: install JobSet first "
+                "(see the install guide for supported versions)"
+            ) from exc
+        if exc.code != 403:  # without rights to read CRDs, the first JobSet write will tell
+            raise
+
+
+def _self_signed(advertise_host: str | None) -> tempfile.TemporaryDirectory[str]:
+    """A certificate for a run without one (outside the chart, which mounts one).
+
+    kopf would make one only with an optional package (certbuilder); ours uses cryptography,
+    which the operator depends on anyway. The API server trusts it through the caBundle of the
+    configurations the operator manages (webhook.manageConfiguration).
+    """
+    from trainer.controller.certs import write_self_signed
+
+    certs = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
+    hosts = sorted({advertise_host or "localhost", "localhost", "127.0.0.1"})
+    write_self_signed(Path(certs.name), hosts)
+    logger.info("webhooks: no certDir configured; serving a self-signed certificate for %s", hosts)
+    return certs
 
 
 def login(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
@@ -401,16 +398,14 @@ def login(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
         raise StartupError(f"no Kubernetes credentials: {exc}") from exc
 
 
-def _plain(body: Any) -> Obj:
-    import copy
-
-    return copy.deepcopy(dict(body)) if body is not None else {}
+def _plain(body: kopf.Body) -> Obj:
+    return copy.deepcopy(dict(body))
 
 
-def _typed(obj: Obj, plural: str) -> Obj:
-    api_version, kind = _KINDS[plural]
-    obj.setdefault("apiVersion", api_version)
-    obj.setdefault("kind", kind)
+def _typed(obj: Obj, resource: Resource) -> Obj:
+    """Lists and watch events may leave out each item's apiVersion and kind; the cache needs them."""
+    obj.setdefault("apiVersion", resource.api_version)
+    obj.setdefault("kind", resource.kind)
     return obj
 
 

@@ -9,12 +9,15 @@ processed is processed again afterwards. Failures retry with per-key exponential
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypeAlias, assert_never
 
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.controller import events
 from trainer.controller.cache import Cache, TrainJobKey
 from trainer.controller.client import ApiClient, ApiError, Throttled
@@ -24,9 +27,25 @@ from trainer.runtime import conditions as cond
 from trainer.runtime.framework import Framework
 from trainer.runtime.render import Event, Outcome, parse_time, reconcile
 
-Obj = dict[str, Any]
 logger = logging.getLogger("trainer.controller")
 STATUS_RETRY_SECONDS = 0.5
+
+
+class Next(enum.Enum):
+    """What a reconcile asks of the queue when it has no delay to give."""
+
+    DONE = enum.auto()  # nothing until a watch event says something changed
+    BACKOFF = enum.auto()  # a failure shown on status: look again after the key's growing backoff
+
+
+@dataclass(frozen=True)
+class After:
+    """Look again after ``seconds`` (a deadline to check, a status write put off), failures forgotten."""
+
+    seconds: float
+
+
+Requeue: TypeAlias = Next | After
 
 
 class WorkQueue:
@@ -105,6 +124,7 @@ class Reconciler:
         framework: Framework,
         metrics: Metrics,
         recorder: events.Recorder,
+        queue: WorkQueue,
     ) -> None:
         self.client = client
         self.recorder = recorder
@@ -112,7 +132,7 @@ class Reconciler:
         self.framework = framework
         self.metrics = metrics
         self.writer = Writer(client, cache)
-        self.queue = WorkQueue()
+        self.queue = queue
         # TrainJob key -> uid of the TrainJob whose JobSet creation was counted: a JobSet
         # re-created for a running TrainJob is not another TrainJob created (nor a sample of the
         # creation-to-JobSet latency).
@@ -129,7 +149,7 @@ class Reconciler:
     async def process(self, key: TrainJobKey) -> None:
         started = time.monotonic()
         try:
-            requeue = await self.reconcile(key)
+            requeue: Requeue = await self.reconcile(key)
         except StaleCache as exc:
             logger.debug("TrainJob %s/%s: %s", *key, exc)
             self.metrics.reconciles.labels(result="requeue").inc()
@@ -141,13 +161,16 @@ class Reconciler:
             self._failed(key, f"{type(exc).__name__}: {exc}")
         else:
             self.metrics.reconciles.labels(result="success").inc()
-            if requeue is None:
-                self.queue.forget(key)
-            elif requeue == "backoff":
-                self.queue.add_rate_limited(key)
-            else:
-                self.queue.forget(key)
-                self.queue.add_after(key, float(requeue))
+            match requeue:
+                case Next.DONE:
+                    self.queue.forget(key)
+                case Next.BACKOFF:
+                    self.queue.add_rate_limited(key)
+                case After(seconds):
+                    self.queue.forget(key)
+                    self.queue.add_after(key, seconds)
+                case _:
+                    assert_never(requeue)
         finally:
             self.metrics.reconcile_seconds.observe(time.monotonic() - started)
 
@@ -157,15 +180,15 @@ class Reconciler:
         self.metrics.reconcile_errors.inc()
         self.queue.add_rate_limited(key)
 
-    async def reconcile(self, key: TrainJobKey) -> float | str | None:
-        """One reconcile of one TrainJob. Returns when to look again: seconds, "backoff", or None."""
+    async def reconcile(self, key: TrainJobKey) -> Requeue:
+        """One reconcile of one TrainJob; what it returns says when to look at the TrainJob again."""
         trainjob = self.cache.trainjob(key)
         if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
             self._counted.pop(key, None)
-            return None
+            return Next.DONE
         outcome = reconcile(trainjob, self.cache, self.framework, utc_now())
         if outcome.skipped:
-            return None
+            return Next.DONE
         report = WriteReport()
         write_error: ApiError | None = None
         try:
@@ -173,7 +196,7 @@ class Reconciler:
             for kind, namespace, name in outcome.delete:
                 await self.writer.delete(kind, namespace, name, report)
         except ApiError as exc:
-            # DECISIONS.md §3: objects refused by the API server show on status too.
+            # docs/decisions.md §3: objects refused by the API server show on status too.
             write_error = exc
             outcome = _with_write_error(outcome, trainjob, str(exc))
         try:
@@ -182,14 +205,14 @@ class Reconciler:
             # The budget goes to children first (they unblock jobs); the status is computed
             # again, from then-current facts, when the key comes back.
             self._tell(trainjob, outcome, report, status_written=False)
-            return STATUS_RETRY_SECONDS
+            return After(STATUS_RETRY_SECONDS)
         except ApiError:
             self._tell(trainjob, outcome, report, status_written=False)  # the children were written
             raise
         self._tell(trainjob, outcome, report)
         if write_error is not None or outcome.error is not None:
-            return "backoff"
-        return outcome.requeue_after
+            return Next.BACKOFF
+        return After(outcome.requeue_after) if outcome.requeue_after is not None else Next.DONE
 
     def _tell(
         self, trainjob: Obj, outcome: Outcome, report: WriteReport, *, status_written: bool = True
@@ -248,8 +271,8 @@ class Reconciler:
 
 
 def _with_write_error(outcome: Outcome, trainjob: Obj, message: str) -> Outcome:
-    """DECISIONS.md §3: objects the API server refused show on status, with their Event's message."""
-    status: Obj = dict(outcome.status or {})
+    """docs/decisions.md §3: objects the API server refused show on status, with their Event's message."""
+    status = dict(outcome.status or {})
     conditions = [dict(x) for x in status.get("conditions") or []]
     short = message if len(message) <= 950 else message[:950] + " ..."
     event_message = events.scrub(f"TrainJob resources reconciliation failed: {short}")

@@ -9,36 +9,16 @@ Writes are plain creates and JSON merge patches of the fields we own.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
-from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.controller.cache import Cache
-from trainer.controller.client import STATUS, ApiClient, ApiError, ResourceType
+from trainer.controller.client import STATUS, ApiClient, ApiError
+from trainer.controller.resources import TRAINJOBS, resource_of
 
-Obj = dict[str, Any]
-
-RESOURCES: dict[tuple[str, str], ResourceType] = {
-    ("v1", "ConfigMap"): ResourceType("", "v1", "configmaps"),
-    ("v1", "Secret"): ResourceType("", "v1", "secrets"),
-    ("v1", "Event"): ResourceType("", "v1", "events"),
-    (c.JOBSET_API_VERSION, c.JOBSET_KIND): ResourceType("jobset.x-k8s.io", "v1alpha2", "jobsets"),
-    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): ResourceType(
-        "scheduling.x-k8s.io", "v1alpha1", "podgroups"
-    ),
-    ("scheduling.volcano.sh/v1beta1", "PodGroup"): ResourceType(
-        "scheduling.volcano.sh", "v1beta1", "podgroups"
-    ),
-    (c.API_VERSION, c.TRAINJOB_KIND): ResourceType(c.GROUP, c.VERSION, "trainjobs"),
-}
-TRAINJOBS = RESOURCES[(c.API_VERSION, c.TRAINJOB_KIND)]
 _SERVER_OWNED_TOP = ("apiVersion", "kind", "metadata", "status")
 
 
-def resource_of(obj: Obj) -> ResourceType:
-    return RESOURCES[(obj["apiVersion"], obj["kind"])]
-
-
-def contains(observed: Any, desired: Any) -> bool:
+def contains(observed: object, desired: object) -> bool:
     """True when every field of ``desired`` is in ``observed`` with the same value.
 
     Maps may hold more keys than we set; lists must match item by item (we own the lists we
@@ -60,13 +40,51 @@ def contains(observed: Any, desired: Any) -> bool:
 
 
 def patch_for(observed: Obj, desired: Obj) -> Obj:
-    """A merge patch that sets the fields we own: our metadata, and every top-level field."""
+    """A merge patch that sets the fields we own: our metadata, and each field of ours that differs.
+
+    A JSON merge patch replaces a list whole, and what others added inside one is then lost.
+    JobSet's webhook defaults fields inside ``replicatedJobs`` on create only (``completionMode``,
+    the pod ``restartPolicy``), and refuses any later change to ``replicatedJobs`` outside a few
+    pod-template fields: resending the whole ``spec`` to flip ``suspend`` was refused (422), so a
+    suspended TrainJob never resumed on a real cluster. So maps are patched key by key, only where
+    they differ, and a list that does differ is sent with each item laid over the observed item it
+    replaces.
+    """
     meta = desired.get("metadata") or {}
     patch: Obj = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
     for key, value in desired.items():
         if key not in _SERVER_OWNED_TOP and not contains(observed.get(key), value):
-            patch[key] = value
+            patch[key] = _difference(observed.get(key), value)
     return patch
+
+
+def _difference(observed: object, desired: object) -> object:
+    """The merge patch of one field whose observed value does not contain the desired one."""
+    if isinstance(desired, dict) and isinstance(observed, dict):
+        return {
+            k: _difference(observed.get(k), v) for k, v in desired.items() if not contains(observed.get(k), v)
+        }
+    return _overlay(observed, desired)
+
+
+def _overlay(observed: object, desired: object) -> object:
+    """``desired`` laid over ``observed``: the fields others added stay, ours win."""
+    if isinstance(desired, dict):
+        merged = dict(observed) if isinstance(observed, dict) else {}
+        merged.update({k: _overlay(merged.get(k), v) for k, v in desired.items()})
+        return merged
+    if isinstance(desired, list):
+        items = observed if isinstance(observed, list) else []
+        return [_overlay(_counterpart(items, i, item), item) for i, item in enumerate(desired)]
+    return desired
+
+
+def _counterpart(observed: list[object], index: int, item: object) -> object:
+    """The observed item a desired one replaces: the one with its name, else the one in its place
+    (a named item whose name is new has none: it must not inherit another item's fields)."""
+    if isinstance(item, dict) and "name" in item:
+        return next((o for o in observed if isinstance(o, dict) and o.get("name") == item["name"]), None)
+    return observed[index] if index < len(observed) else None
 
 
 def status_patch(current: Obj | None, desired: Obj | None) -> Obj | None:
@@ -154,7 +172,7 @@ class Writer:
             "status": patch if desired else None,
         }
         stored = await self.client.patch(
-            TRAINJOBS,
+            TRAINJOBS.type,
             meta.get("namespace"),
             meta["name"],
             body,

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.api.runtime import TrainingRuntime
 from trainer.api.trainjob import TrainJob
 from trainer.apimachinery.strategic_merge import jobset_merge_keys, strategic_merge
 from trainer.runtime.info import Facts, Info, PluginError, PodSet
 from trainer.runtime.podspec import find, merge_resources
-
-Obj = dict[str, Any]
 
 
 def _unshared(value: Any) -> Any:
@@ -112,7 +111,8 @@ def runtime_resources(info: Info) -> Obj | None:
 
 
 def effective_resources(info: Info) -> Obj | None:
-    """The TrainJob's resourcesPerNode alone when set, else the runtime's (spec §7.2, §15)."""
+    """The TrainJob's resourcesPerNode alone when set, else the runtime's (docs/upstream-behaviour.md
+    §torch-nproc, §quirks)."""
     trainer = info.trainjob.spec.trainer
     if trainer is not None and trainer.resources_per_node is not None:
         return trainer.resources_per_node
@@ -121,8 +121,9 @@ def effective_resources(info: Info) -> Obj | None:
 
 def gang_totals(info: Info) -> tuple[int, dict[str, str]]:
     """Pods and resources the whole TrainJob needs at once: what a gang scheduler's PodGroup asks
-    for (spec §3, §4). Every pod set counts, initializers and launcher included, with its final
-    count; resources requested by no pod are absent; quantities are canonical strings."""
+    for (docs/upstream-behaviour.md §coscheduling, §volcano). Every pod set counts, initializers and
+    launcher included, with its final count; resources requested by no pod are absent; quantities
+    are canonical strings."""
     from trainer.api.quantity import Quantity, pod_requests
 
     members = 0

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-Obj = dict[str, Any]
+from trainer.api.objects import Condition, Obj
 
 
 def find(conditions: list[Obj] | None, type_: str) -> Obj | None:
@@ -16,7 +14,7 @@ def is_true(conditions: list[Obj] | None, type_: str) -> bool:
     return cond is not None and cond.get("status") == "True"
 
 
-def set_condition(conditions: list[Obj], new: Obj, now: str) -> None:
+def set_condition(conditions: list[Obj], new: Condition, now: str) -> None:
     """Add or update a condition; lastTransitionTime moves only when the status changes."""
     current = find(conditions, new["type"])
     if current is None:

@@ -7,7 +7,7 @@ on unless disabled by configuration; a plugin from another package loads only wh
 configuration allow-lists it by name, because the operator holds cluster-wide rights and nothing
 should load into it implicitly.
 
-Order within a phase is fixed (DECISIONS.md §1): PlainML; Torch, MPI, JAX, XGBoost, Flux;
+Order within a phase is fixed (docs/decisions.md §1): PlainML; Torch, MPI, JAX, XGBoost, Flux;
 Coscheduling, Volcano; JobSet; then other packages' plugins by name. pluggy calls the
 implementations of a hook last-registered-first, so registration runs in reverse.
 """
@@ -106,7 +106,7 @@ def _external_entry_points() -> dict[str, Any]:
     return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in BUILTIN_PLUGINS}
 
 
-# Hook options that would let a plugin step out of the fixed order (DECISIONS.md §1).
+# Hook options that would let a plugin step out of the fixed order (docs/decisions.md §1).
 _ORDER_OPTIONS = ("tryfirst", "trylast", "hookwrapper", "wrapper")
 
 

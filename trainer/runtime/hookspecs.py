@@ -7,7 +7,7 @@ core calls them in this order for one TrainJob:
     -> trainer_pre_build_sync -> trainer_build -> trainer_compute_status
 
 and ``trainer_validate`` at admission. Within a phase, plugins run in the fixed order of
-DECISIONS.md §1 (see :mod:`trainer.runtime.framework`). Hooks are synchronous and do no I/O:
+docs/decisions.md §1 (see :mod:`trainer.runtime.framework`). Hooks are synchronous and do no I/O:
 everything they may read about the cluster is in ``info.facts``.
 
 A hook signals a reconcile failure by raising :class:`trainer.runtime.info.PluginError`; a

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.api.runtime import MLPolicy, PodGroupPolicy, TrainingRuntime
 from trainer.api.trainjob import TrainJob
 from trainer.apimachinery.errors import FieldError
@@ -20,9 +20,6 @@ from trainer.apimachinery.errors import FieldError
 
 class PluginError(Exception):
     """A TrainJob cannot be reconciled as it stands; the message is shown on status and events."""
-
-
-Obj = dict[str, Any]
 
 
 class Facts:

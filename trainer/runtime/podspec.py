@@ -11,7 +11,7 @@ import copy
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-Obj = dict[str, Any]
+from trainer.api.objects import Obj
 
 
 def _upsert(items: list[Obj], new: Mapping[str, Any], match: tuple[str, ...]) -> None:

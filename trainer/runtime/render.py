@@ -10,9 +10,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.api.runtime import TrainingRuntime
 from trainer.api.trainjob import TrainJob
 from trainer.runtime import conditions as cond
@@ -20,8 +20,6 @@ from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts, Info, PluginError
 from trainer.runtime.snapshot import read_snapshot, snapshot_configmap, snapshot_name
-
-Obj = dict[str, Any]
 
 EVENT_RESOURCES_FAILED = "TrainJobResourcesCreationFailed"
 SUPPORTED_RUNTIMES = (f"{c.TRAINING_RUNTIME_KIND}.{c.GROUP}", f"{c.CLUSTER_TRAINING_RUNTIME_KIND}.{c.GROUP}")
@@ -118,7 +116,7 @@ def reconcile(
 
     finished = cond.is_finished(status)
     if finished:
-        # Nothing is reconciled any more, so nothing can fail to be (DECISIONS.md §4).
+        # Nothing is reconciled any more, so nothing can fail to be (docs/decisions.md §4).
         cond.remove(conditions, c.COND_RECONCILE_FAILED)
     else:
         try:
@@ -207,7 +205,7 @@ def _check_snapshot_runtime(runtime_obj: Obj) -> None:
 
 
 def _record_failure(outcome: Outcome, conditions: list[Obj], exc: Exception, now: str) -> None:
-    """DECISIONS.md §3: a retryable failure shows on status, with the message of its Event."""
+    """docs/decisions.md §3: a retryable failure shows on status, with the message of its Event."""
     message = str(exc)
     outcome.error = message
     short = message if len(message) <= 950 else message[:950] + " ..."

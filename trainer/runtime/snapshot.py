@@ -6,13 +6,10 @@ first reconcile stores the whole runtime object and later ones read it back from
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainer.api import constants as c
+from trainer.api.objects import Obj
 from trainer.api.trainjob import TrainJob
 from trainer.runtime.info import PluginError, child_metadata
-
-Obj = dict[str, Any]
 
 
 def snapshot_name(trainjob_name: str) -> str:

@@ -19,12 +19,12 @@ from typing import Any
 
 import aiohttp
 
+from trainer.api.objects import Obj
 from trainer_sandbox.apiserver import patching
 from trainer_sandbox.apiserver.core import Core, Ctx, clone
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.resources import ResourceType
 from trainer_sandbox.apiserver.selectors import labels_match, selector_from_label_selector
-from trainer_sandbox.apiserver.storage import Obj
 
 MUTATING = ("admissionregistration.k8s.io", "mutatingwebhookconfigurations")
 VALIDATING = ("admissionregistration.k8s.io", "validatingwebhookconfigurations")

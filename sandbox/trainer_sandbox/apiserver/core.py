@@ -18,17 +18,17 @@ from typing import Any, TypeVar
 
 import yaml
 
+from trainer.api.objects import Obj, ObjList
 from trainer.apimachinery.errors import FieldError, GoValue, forbidden, invalid, required
 from trainer_sandbox.apiserver import defaults, errors, patching, ssa, validation
 from trainer_sandbox.apiserver.audit import AuditLog, AuditRecord
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.faults import FaultRule, Faults
 from trainer_sandbox.apiserver.resources import Registry, ResourceType
-from trainer_sandbox.apiserver.storage import Key, Obj, Store
+from trainer_sandbox.apiserver.storage import Key, Store
 
 T = TypeVar("T")
 ManagedFields = list[dict[str, Any]]
-ObjList = list[Obj]
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 GC_USER = "system:serviceaccount:kube-system:generic-garbage-collector"
@@ -86,7 +86,8 @@ class Core:
         self.audit = audit
         self.openapi_generation = 1
         self.webhooks: Any = None  # admission.Webhooks, set by the server
-        self.mutators: dict[Key, Callable[[Obj], None]] = {}  # simulated defaulting webhooks
+        # Simulated defaulting webhooks, called on CREATE only, as JobSet registers its own.
+        self.mutators: dict[Key, Callable[[Obj], None]] = {}
         self.validators: dict[
             Key, Callable[[Obj, Obj | None], list[FieldError]]
         ] = {}  # simulated validating ones
@@ -385,7 +386,7 @@ class Core:
             if mutated is not obj:
                 obj, builtin_errors = mutated, None  # a webhook's patch is checked again
         mutator = self.mutators.get(rt.key)
-        if mutator is not None and ctx.subresource != "status":
+        if mutator is not None and operation == "CREATE":
             mutator(obj)
         if not rt.builtin:
             validation.default_and_prune(rt, obj, "Ignore", [])

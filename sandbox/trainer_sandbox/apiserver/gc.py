@@ -11,9 +11,10 @@ import contextlib
 import logging
 from typing import Any
 
+from trainer.api.objects import Obj
 from trainer_sandbox.apiserver.core import GC_USER, NAMESPACE_CONTROLLER_USER, Core
 from trainer_sandbox.apiserver.errors import APIError
-from trainer_sandbox.apiserver.storage import Event, Key, Obj
+from trainer_sandbox.apiserver.storage import Event, Key
 
 log = logging.getLogger(__name__)
 NAMESPACES: Key = ("", "namespaces")

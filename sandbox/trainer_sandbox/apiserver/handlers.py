@@ -11,12 +11,13 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from aiohttp import web
 
+from trainer.api.objects import Obj
 from trainer_sandbox.apiserver import discovery, errors, patching, table
 from trainer_sandbox.apiserver.core import Core, Ctx
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.resources import ResourceType
 from trainer_sandbox.apiserver.selectors import make_filter
-from trainer_sandbox.apiserver.storage import Event, Obj
+from trainer_sandbox.apiserver.storage import Event
 
 if TYPE_CHECKING:
     from trainer_sandbox.apiserver.server import LocalAPIServer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import builtins
 import concurrent.futures
 import json
 import secrets
@@ -15,20 +16,19 @@ from typing import Any, TypeVar
 import yaml
 from aiohttp import web
 
+from trainer.api.objects import Obj, ObjList
 from trainer_sandbox.apiserver import kubeconfig
 from trainer_sandbox.apiserver.admission import Webhooks
-from trainer_sandbox.apiserver.audit import AuditLog
+from trainer_sandbox.apiserver.audit import AuditLog, AuditRecord
 from trainer_sandbox.apiserver.core import Core, Ctx, clone
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.faults import Faults
 from trainer_sandbox.apiserver.gc import GarbageCollector
 from trainer_sandbox.apiserver.handlers import Handlers
 from trainer_sandbox.apiserver.patching import APPLY, MERGE
-from trainer_sandbox.apiserver.storage import Obj
 from trainer_sandbox.apiserver.tls import serving_cert
 
 T = TypeVar("T")
-ObjList = list[Obj]
 
 ADMIN = "admin"
 JOBSET_CONTROLLER_USER = "system:serviceaccount:jobset-system:jobset-controller-manager"
@@ -70,6 +70,7 @@ class LocalAPIServer:
         self.watch_timeout = watch_timeout
         self.faults = Faults(seed)
         self.audit = AuditLog()
+        self.grants: list[tuple[str, str]] = []  # what tests granted; the stand-in authorizes nothing
         self.core = Core(self.faults, self.audit, history_size)
         self.webhooks = Webhooks(self.core)
         self.core.webhooks = self.webhooks
@@ -187,9 +188,25 @@ class LocalAPIServer:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
 
     # -- configuration -----------------------------------------------------------------------------
-    def write_kubeconfig(self, path: str | Path, user: str = ADMIN, namespace: str = "default") -> Path:
+    def write_kubeconfig(self, path: str | Path, user: str = ADMIN, namespace: str | None = None) -> Path:
         token = self.add_user(user)
-        return kubeconfig.write(path, self.url, token, user, self.ca_pem, namespace)
+        return kubeconfig.write(path, self.url, token, user, self.ca_pem, namespace or self.namespace)
+
+    # -- the backend-neutral face (trainer_sandbox.backends.Cluster) ------------------------------
+    backend = "standin"
+    namespace = "default"
+    start_mark = 0  # a fresh server per test: its whole audit log is the test's
+    serves_logs = True  # the simulated kubelet's lines (README: control surface)
+
+    def grant(self, user: str, cluster_role: str = "cluster-admin") -> None:
+        """The stand-in authorizes nothing: every user may do everything already."""
+        self.grants.append((user, cluster_role))
+
+    def audit_mark(self) -> int:
+        return len(self.audit.records)
+
+    def audit_since(self, mark: int) -> builtins.list[AuditRecord]:
+        return list(self.audit.records[mark:])
 
     def register_webhook_service(self, namespace: str, name: str, port: int, url: str) -> None:
         """Where a webhook's ``clientConfig.service`` (namespace, name, port) really listens."""
@@ -225,10 +242,10 @@ class LocalAPIServer:
         return clone(self.run(go()))
 
     def get(
-        self, api_version: str, kind: str, name: str, namespace: str = "default", user: str = ADMIN
+        self, api_version: str, kind: str, name: str, namespace: str | None = None, user: str = ADMIN
     ) -> Obj:
         rt = self._rt(api_version, kind)
-        ctx = self._ctx(user, "get", rt, namespace, name)
+        ctx = self._ctx(user, "get", rt, self.namespace if namespace is None else namespace, name)
 
         async def go() -> Obj:
             return await self.core.call(ctx, lambda: self.core.get(ctx))
@@ -251,13 +268,15 @@ class LocalAPIServer:
         kind: str,
         name: str,
         patch: Any,
-        namespace: str = "default",
+        namespace: str | None = None,
         subresource: str = "",
         user: str = ADMIN,
     ) -> Obj:
         """A JSON merge patch."""
         rt = self._rt(api_version, kind)
-        ctx = self._ctx(user, "patch", rt, namespace, name, subresource)
+        ctx = self._ctx(
+            user, "patch", rt, self.namespace if namespace is None else namespace, name, subresource
+        )
         body = json.dumps(patch).encode()
 
         async def go() -> Obj:
@@ -270,12 +289,12 @@ class LocalAPIServer:
         api_version: str,
         kind: str,
         name: str,
-        namespace: str = "default",
+        namespace: str | None = None,
         user: str = ADMIN,
         propagation: str | None = None,
     ) -> None:
         rt = self._rt(api_version, kind)
-        ctx = self._ctx(user, "delete", rt, namespace, name)
+        ctx = self._ctx(user, "delete", rt, self.namespace if namespace is None else namespace, name)
         options = {"propagationPolicy": propagation} if propagation else {}
 
         async def go() -> Obj:

@@ -10,9 +10,9 @@ import asyncio
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
-Obj = dict[str, Any]
+from trainer.api.objects import Obj
+
 Key = tuple[str, str]  # (group, plural)
 
 

@@ -19,7 +19,8 @@ from typing import Any
 
 import yaml
 
-from trainer_sandbox.cluster.kube import Kube, KubeError, Obj
+from trainer.api.objects import Obj
+from trainer_sandbox.cluster.kube import Kube, KubeError
 from trainer_sandbox.cluster.pki import JOBSET_USER, KWOK_USER
 from trainer_sandbox.cluster.stages import NODE_ANNOTATION, NODE_ANNOTATION_VALUE
 

@@ -14,9 +14,8 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-Obj = dict[str, Any]
+from trainer.api.objects import Obj
 
 
 class KubeError(Exception):

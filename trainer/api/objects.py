@@ -1,0 +1,34 @@
+"""The shapes of Kubernetes objects as this project handles them: JSON, as the API server sends it.
+
+Objects stay plain dicts everywhere outside the pydantic views in ``trainer.api``: admission,
+the render core, plugins and the operator pass on fields they do not know (a newer JobSet
+field, a user's annotation), and a dict keeps them without a model per kind. So ``Obj`` is one
+name for that, defined here, in the lowest layer, so every layer and every plugin (through
+``trainer.plugin``) means the same thing by it.
+
+A shape gets a name of its own only where naming it lets mypy catch a mistake: a condition the
+project writes must carry its type, status, reason and message.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NotRequired, TypeAlias, TypedDict
+
+Obj: TypeAlias = dict[str, Any]
+"""A JSON object: a Kubernetes object, or any object-valued field of one."""
+
+ObjList: TypeAlias = list[Obj]
+"""A JSON array of objects: the items of a List, containers, conditions, ..."""
+
+
+class Condition(TypedDict):
+    """A status condition as the project writes it (``set_condition`` adds the transition time).
+
+    Conditions read back from a status stay ``Obj``: other writers may add fields.
+    """
+
+    type: str
+    status: str
+    reason: str
+    message: str
+    lastTransitionTime: NotRequired[str]
