@@ -1,7 +1,8 @@
 """Upstream's API requests for the same work, derived from its documented behaviour.
 
 Upstream publishes no figures, so the bench derives them from what its controller does on each
-reconcile (../shared/spec/framework-and-torch.md §2 and mpi-gang-lifecycle.md §1.1, 2.5, 3, 6):
+reconcile (docs/upstream-behaviour.md §pipeline, §snapshot, §mpi-ssh-secret, §mpi-hostfile,
+§coscheduling, §suspend and §reconcile):
 
 - every object a reconcile builds is written with server-side apply, one PATCH each; what it
   builds depends on the state: the first reconcile builds every child (runtime snapshot, JobSet,

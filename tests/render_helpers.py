@@ -6,22 +6,13 @@ import copy
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from trainer.offline import OfflineCluster
 from trainer.runtime import framework
 
 Obj = dict[str, Any]
 
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
 ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
-
-
-def needs_shared() -> pytest.MarkDecorator:
-    return pytest.mark.skipif(
-        not SHARED.is_dir(), reason="../shared (reference data) is not beside the project"
-    )
 
 
 def replicated_job(

@@ -9,17 +9,20 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from render_helpers import ROOT, SHARED, needs_shared, render, trainjob
+from reference_data import needs_reference, params, reference_dir
+from render_helpers import ROOT, render, trainjob
 
-from trainer.api.runtime import ClusterTrainingRuntime
+from trainer.api.runtime import ClusterTrainingRuntime, MLPolicy, TrainingRuntimeSpec
 from trainer.offline import OfflineCluster
 from trainer.runtime import framework
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
 REFERENCE_RUNTIMES = sorted(
-    p for p in (SHARED / "reference/runtimes").rglob("*.yaml") if p.name != "kustomization.yaml"
+    p for p in (reference_dir() / "runtimes").rglob("*.yaml") if p.name != "kustomization.yaml"
 )
+JOBSET_CRD = "crds/jobset/jobset.x-k8s.io_jobsets.yaml"
+TRAINJOB_CRD = "crds/trainer/trainer.kubeflow.org_trainjobs.yaml"
 OUR_RUNTIMES = sorted((ROOT / "runtimes").glob("*.yaml"))
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
@@ -29,17 +32,19 @@ def _load(path: Path) -> dict[str, Any]:
     return doc
 
 
-@needs_shared()
-@pytest.mark.parametrize("path", REFERENCE_RUNTIMES, ids=lambda p: p.name)
+@needs_reference("runtimes")
+@pytest.mark.parametrize(
+    "path", params(REFERENCE_RUNTIMES, within="runtimes"), ids=lambda p: getattr(p, "name", None)
+)
 def test_every_upstream_runtime_is_admitted_and_round_trips(path: Path) -> None:
     manifest = _load(path)
     cluster = render(manifest)
     assert not cluster.refusals, [r.lines() for r in cluster.refusals]
-    # The typed view loses nothing a user wrote.
-    model = ClusterTrainingRuntime.model_validate(manifest)
-    assert model.model_dump(by_alias=True, exclude_unset=True) == manifest
-    # The unvalidated view the render core uses is the same typed object.
-    assert ClusterTrainingRuntime.view(manifest) == model
+    # The typed view the render core uses loses nothing a user wrote, and types what it names.
+    view = ClusterTrainingRuntime.view(manifest)
+    assert view.dump() == manifest
+    assert isinstance(view.spec, TrainingRuntimeSpec)
+    assert view.spec.ml_policy is None or isinstance(view.spec.ml_policy, MLPolicy)
 
 
 @pytest.mark.parametrize("path", OUR_RUNTIMES, ids=lambda p: p.name)
@@ -65,10 +70,10 @@ def _rendered_examples() -> list[dict[str, Any]]:
     return cluster.output()
 
 
-@needs_shared()
+@needs_reference(JOBSET_CRD, TRAINJOB_CRD)
 def test_rendered_objects_validate_against_their_schemas() -> None:
-    jobset_schema = _crd_schema(SHARED / "reference/crds/jobset/jobset.x-k8s.io_jobsets.yaml")
-    trainjob_schema = _crd_schema(SHARED / "reference/crds/trainer/trainer.kubeflow.org_trainjobs.yaml")
+    jobset_schema = _crd_schema(reference_dir() / JOBSET_CRD)
+    trainjob_schema = _crd_schema(reference_dir() / TRAINJOB_CRD)
     seen = set()
     for obj in _rendered_examples():
         seen.add(obj["kind"])
@@ -98,14 +103,14 @@ def _rules_at(schema: dict[str, Any], value: Any, path: str = "") -> Any:
             yield from _rules_at(schema["items"], item, f"{path}[{i}]")
 
 
-@needs_shared()
+@needs_reference(JOBSET_CRD, TRAINJOB_CRD)
 def test_rendered_objects_pass_upstreams_cel_rules_by_an_independent_evaluator() -> None:
     """Our CEL evaluator is one implementation; cel-python is another: both must accept what we write."""
     celpy = pytest.importorskip("celpy")
     environment = celpy.Environment()
     schemas = {
-        "JobSet": _crd_schema(SHARED / "reference/crds/jobset/jobset.x-k8s.io_jobsets.yaml"),
-        "TrainJob": _crd_schema(SHARED / "reference/crds/trainer/trainer.kubeflow.org_trainjobs.yaml"),
+        "JobSet": _crd_schema(reference_dir() / JOBSET_CRD),
+        "TrainJob": _crd_schema(reference_dir() / TRAINJOB_CRD),
     }
     checked = 0
     for obj in _rendered_examples():

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 import yaml
-from render_helpers import ROOT, SHARED, needs_shared
+from reference_data import needs_reference, reference_dir
+from render_helpers import ROOT
 
 from trainer.api import crdgen
 
@@ -21,9 +22,9 @@ def test_committed_crds_are_fresh() -> None:
         assert (CRDS / name).read_text() == content, f"crds/{name} is stale: run `trainer crds`"
 
 
-@needs_shared()
+@needs_reference("crds")
 def test_vendored_subschemas_are_fresh() -> None:
-    assert crdgen.vendor(SHARED / "reference") == json.loads(crdgen.EMBEDDED_FILE.read_text())
+    assert crdgen.vendor(reference_dir()) == json.loads(crdgen.EMBEDDED_FILE.read_text())
 
 
 def _walk(schema: dict[str, Any], path: str = "") -> Any:
@@ -59,7 +60,8 @@ def test_trainjob_status_subresource_and_columns() -> None:
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Runtime", "Nodes", "Age"]
 
 
-# Where our schemas deliberately differ from upstream's (DECISIONS.md, and one of our own).
+# Where our schemas deliberately differ from upstream's: docs/decisions.md §5, §8 and
+# §trainjob-spec-required.
 ALLOWED = {
     # Ours: a TrainJob without spec names no runtime. Upstream's webhook refuses it as an
     # unsupported runtime; the schema says what is actually wrong ("spec: Required value").
@@ -67,11 +69,11 @@ ALLOWED = {
     (
         "TrainingRuntime",
         ".properties.spec.properties.mlPolicy.properties.mpi.properties.mpiImplementation.enum",
-    ),  # §5
+    ),  # docs/decisions.md §5
     (
         "TrainingRuntime",
         ".properties.spec.properties.mlPolicy.x-kubernetes-validations[0].message",
-    ),  # §8 grammar
+    ),  # docs/decisions.md §8 grammar
 }
 
 
@@ -94,7 +96,7 @@ def _diff(ours: Any, theirs: Any, path: str, out: list[str]) -> None:
         out.append(path)
 
 
-@needs_shared()
+@needs_reference("crds/trainer")
 @pytest.mark.parametrize(
     ("kind", "plural"),
     [
@@ -105,7 +107,7 @@ def _diff(ours: Any, theirs: Any, path: str, out: list[str]) -> None:
 )
 def test_schema_is_upstreams_but_for_the_decisions(kind: str, plural: str) -> None:
     upstream = yaml.safe_load(
-        (SHARED / f"reference/crds/trainer/trainer.kubeflow.org_{plural}.yaml").read_text()
+        (reference_dir() / f"crds/trainer/trainer.kubeflow.org_{plural}.yaml").read_text()
     )
     theirs = crdgen.strip_descriptions(upstream["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
     ours = json.loads((CRDS / "openapi.json").read_text())[kind]

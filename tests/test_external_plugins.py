@@ -88,7 +88,7 @@ def test_allow_listed_plugin_loads_and_runs_after_the_builtins(installed: Path) 
     assert sys.modules[MODULE].__file__ == str(installed / f"{MODULE}.py")
     cluster = render(runtime(ml_policy=TORCH), trainjob(trainer={"numNodes": 2}), fw=framework)
     node = container(only(cluster, "JobSet"), "node")
-    # Torch ran first in the ML phase, so its variables come first (DECISIONS.md §1).
+    # Torch ran first in the ML phase, so its variables come first (docs/decisions.md §1).
     assert [var["name"] for var in node["env"]] == [
         "PET_NNODES",
         "PET_NPROC_PER_NODE",

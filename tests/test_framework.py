@@ -57,7 +57,7 @@ def test_phases_run_in_order_and_external_plugins_after_builtins() -> None:
     cluster = render(runtime(ml_policy=TORCH), trainjob(trainer={"image": "x"}), fw=framework)
     assert recorder.calls == ["ml", "podgroup", "podspec", "sync", "build"]
     names = [e["name"] for e in container(only(cluster, "JobSet"), "node")["env"]]
-    # Torch ran before the external plugin within the ML phase (DECISIONS.md §1).
+    # Torch ran before the external plugin within the ML phase (docs/decisions.md §1).
     assert names.index("PET_MASTER_PORT") < names.index("RECORDER")
 
 
@@ -120,7 +120,7 @@ def test_a_failing_plugin_stops_the_build_and_shows_on_status() -> None:
     assert cond["type"] == "ReconcileFailed" and cond["status"] == "True"
     assert cond["message"] == (
         "TrainJob resources reconciliation failed: the pod spec cannot be enforced: no GPUs left"
-    ), "the condition carries the Event's message (DECISIONS.md §3)"
+    ), "the condition carries the Event's message (docs/decisions.md §3)"
     assert any("TrainJobResourcesCreationFailed" in w for w in cluster.warnings)
 
 

@@ -8,7 +8,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from render_helpers import SHARED, needs_shared, only, render, replicated_job, rjob, runtime, trainjob
+from reference_data import needs_reference, reference_dir
+from render_helpers import only, render, replicated_job, rjob, runtime, trainjob
 
 from trainer.runtime import framework as fw
 from trainer.runtime.render import reconcile
@@ -202,12 +203,13 @@ def test_no_policy_no_label_no_pod_group() -> None:
     assert LABEL not in (pod_meta.get("labels") or {})
 
 
-@needs_shared()
+SCHEDULER_PLUGINS_CRD = "crds/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml"
+
+
+@needs_reference(SCHEDULER_PLUGINS_CRD)
 @pytest.mark.parametrize("tj", [trainjob("gang"), trainjob("one", trainer={"numNodes": 1})])
 def test_pod_group_validates_against_the_scheduler_plugins_crd(tj: Obj) -> None:
-    crd = yaml.safe_load(
-        (SHARED / "reference/crds/scheduler-plugins/scheduling.x-k8s.io_podgroups.yaml").read_text()
-    )
+    crd = yaml.safe_load((reference_dir() / SCHEDULER_PLUGINS_CRD).read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1"]
     schema = version["schema"]["openAPIV3Schema"]
     group = pod_group(gang_runtime(), tj)

@@ -292,7 +292,7 @@ def test_status_from_jobset_conditions_and_jobs() -> None:
             {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}
         ],
     }
-    # Finished: nothing is built again, even with the JobSet gone (DECISIONS.md §4).
+    # Finished: nothing is built again, even with the JobSet gone (docs/decisions.md §4).
     tj["status"] = outcome.status
     facts.remove("JobSet", "default", "job")
     again = reconcile(tj, facts, framework.default(), "2026-01-03T00:00:00Z")
@@ -352,7 +352,7 @@ def test_deadline_fails_and_deletes_the_jobset() -> None:
 
 
 def test_quantities_are_written_canonically() -> None:
-    """DECISIONS.md §9: numbers the SDK sends become Kubernetes quantity strings."""
+    """docs/decisions.md §9: numbers the SDK sends become Kubernetes quantity strings."""
     cluster = render(
         runtime(ml_policy=TORCH),
         trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 2.0, "memory": "2048Mi"}}}),
@@ -365,7 +365,7 @@ def test_quantities_are_written_canonically() -> None:
 
 
 def test_numbers_are_accepted_wherever_a_runtime_takes_a_quantity() -> None:
-    """DECISIONS.md §9 for runtimes too: `cpu: 0.5` is what a YAML author writes."""
+    """docs/decisions.md §9 for runtimes too: `cpu: 0.5` is what a YAML author writes."""
     pod = {
         "containers": [
             {"name": "node", "image": "i", "resources": {"requests": {"cpu": 2.5, "memory": 2**31}}}

@@ -327,7 +327,8 @@ def test_slots_from_runtime_gpus_when_the_trainjob_has_no_resources() -> None:
 
 
 def test_an_empty_resources_block_is_the_one_slots_are_read_from() -> None:
-    """The first `node` container with a resources block counts, even an empty one (spec §2.3)."""
+    """The first `node` container with a resources block counts, even an empty one
+    (docs/upstream-behaviour.md §mpi)."""
     rt = mpi_runtime(num_proc=1, as_node=True, node_resources={})
     launcher = rt["spec"]["template"]["spec"]["replicatedJobs"][1]
     launcher["template"]["spec"]["template"]["spec"]["containers"][0]["resources"] = {
@@ -522,7 +523,7 @@ def test_launcher_as_node_needs_both_jobs_for_several_nodes() -> None:
     rendered(rt, trainer_job(numNodes=1))
 
 
-# --- hostfile size (DECISIONS.md §6) ---
+# --- hostfile size (docs/decisions.md §6) ---
 
 
 def fits(name: str, nodes: int) -> OfflineCluster:
@@ -561,9 +562,9 @@ def info_for(cluster: OfflineCluster, tj_obj: Obj) -> Any:
     runtime_obj = cluster.facts.get("ClusterTrainingRuntime", None, "rt")
     assert runtime_obj is not None
     return build_info(
-        TrainJob.model_validate(tj_obj),
+        TrainJob.view(tj_obj),
         tj_obj,
-        TrainingRuntime.model_validate(runtime_obj),
+        TrainingRuntime.view(runtime_obj),
         runtime_obj,
         Facts(),
     )

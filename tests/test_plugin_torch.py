@@ -29,7 +29,8 @@ def test_nproc_per_node_resolution(trainer: dict[str, object], expected: str) ->
 
 
 def test_nproc_uses_trainjob_resources_alone_not_the_merge() -> None:
-    """Upstream quirk kept (spec §15): a TrainJob that sets only memory yields 1, whatever the runtime's CPUs."""
+    """Upstream quirk kept (docs/upstream-behaviour.md §quirks): a TrainJob that sets only memory
+    yields 1, whatever the runtime's CPUs."""
     node = {"name": "node", "image": "i", "resources": {"requests": {"cpu": "6"}}}
     rt = runtime(ml_policy=TORCH, jobs=[replicated_job("node", "trainer", [node])])
     cluster = render(rt, trainjob(trainer={"resourcesPerNode": {"requests": {"memory": "1Gi"}}}))

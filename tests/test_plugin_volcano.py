@@ -8,7 +8,8 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from render_helpers import SHARED, needs_shared, only, render, replicated_job, rjob, runtime, trainjob
+from reference_data import needs_reference, reference_dir
+from render_helpers import only, render, replicated_job, rjob, runtime, trainjob
 
 from trainer.offline import OfflineCluster
 from trainer.runtime import framework as fw
@@ -188,12 +189,15 @@ def test_both_gang_schedulers_at_once() -> None:
     assert pod_meta["annotations"][GROUP_NAME] == "both"
 
 
-@needs_shared()
+VOLCANO_CRD = "crds/volcano/scheduling.volcano.sh_podgroups.yaml"
+
+
+@needs_reference(VOLCANO_CRD)
 @pytest.mark.parametrize(
     "policy", [{}, {"networkTopology": {}}, {"networkTopology": {"mode": "soft", "highestTierAllowed": 2}}]
 )
 def test_pod_group_validates_against_the_volcano_crd(policy: Obj) -> None:
-    crd = yaml.safe_load((SHARED / "reference/crds/volcano/scheduling.volcano.sh_podgroups.yaml").read_text())
+    crd = yaml.safe_load((reference_dir() / VOLCANO_CRD).read_text())
     (version,) = [v for v in crd["spec"]["versions"] if v["name"] == "v1beta1"]
     schema = version["schema"]["openAPIV3Schema"]
     jobs = [

@@ -1,7 +1,7 @@
 """Tests for trainer.api.quantity: Kubernetes quantity parsing, canonical form and resource helpers.
 
 Expected canonical strings come from k8s.io/apimachinery's own quantity tests and from the
-PodGroup examples in mpi-gang-lifecycle.md §3/§4.
+PodGroup examples of docs/upstream-behaviour.md §coscheduling and §volcano.
 """
 
 from __future__ import annotations
@@ -280,11 +280,11 @@ def test_arithmetic_rejects_other_types() -> None:
 @pytest.mark.parametrize(
     ("pods", "expected"),
     [
-        # mpi-gang-lifecycle.md §3: node x100 + 2 initializers at (1 cpu, 4Gi).
+        # docs/upstream-behaviour.md §coscheduling: node x100 + 2 initializers at (1 cpu, 4Gi).
         ([(100, "1", "4Gi"), (1, "1", "4Gi"), (1, "1", "4Gi")], {"cpu": "102", "memory": "408Gi"}),
         ([(100, "2", "8Gi"), (1, "1", "4Gi"), (1, "1", "4Gi")], {"cpu": "202", "memory": "808Gi"}),
         ([(2, "500m", "1Gi"), (1, "250m", "512Mi")], {"cpu": "1250m", "memory": "2560Mi"}),
-        # §4 (Volcano): launcher (300m, 1Gi) + 4 workers (500m, 512Mi).
+        # Volcano: launcher (300m, 1Gi) + 4 workers (500m, 512Mi).
         ([(1, "300m", "1Gi"), (4, "500m", "512Mi")], {"cpu": "2300m", "memory": "3Gi"}),
     ],
 )
@@ -368,7 +368,7 @@ def test_immutable_copyable_picklable() -> None:
 
 
 def _nproc(num_proc_per_node: int | None, resources: dict[str, Any] | None) -> str:
-    """PET_NPROC_PER_NODE per framework-and-torch.md §7.2, built from the helpers under test."""
+    """PET_NPROC_PER_NODE per docs/upstream-behaviour.md §torch-nproc, built from the helpers under test."""
     if num_proc_per_node is not None:
         return str(num_proc_per_node)
     if gpu_count(resources) > 0:

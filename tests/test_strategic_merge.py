@@ -1,4 +1,7 @@
-"""Tests for trainer.apimachinery.strategic_merge (framework-and-torch.md §3.2 and §14.4)."""
+"""Tests for trainer.apimachinery.strategic_merge.
+
+What it must do: docs/upstream-behaviour.md §runtime-patches and §strategic-merge.
+"""
 
 from __future__ import annotations
 
@@ -257,7 +260,8 @@ def test_patch_naming_a_new_replicated_job_adds_it() -> None:
 
     result = strategic_merge(original, _jobset(new_job), jobset_merge_keys)
     # Upstream order rule: a patch item that the original does not have is not preceded by any
-    # original-only item, so it comes first (callers re-sort replicatedJobs afterwards, spec §3.2).
+    # original-only item, so it comes first (callers re-sort replicatedJobs afterwards,
+    # docs/upstream-behaviour.md §runtime-patches).
     assert _names(result["replicatedJobs"]) == ["extra", "launcher", "node"]
     assert result["replicatedJobs"][0] == new_job
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from reference_data import needs_reference, params, reference_dir
 
 from trainer.apimachinery import structural
 from trainer.apimachinery.errors import FieldError
@@ -27,9 +28,9 @@ from trainer.apimachinery.structural import (
     validate_object_meta,
 )
 
-REFERENCE = Path("/work/shared/reference")
-if not REFERENCE.is_dir():
-    pytest.skip("the upstream reference CRDs are not on this machine", allow_module_level=True)
+REFERENCE = reference_dir()
+# Every test here reads upstream's CRDs (tests/reference_data.py says where they are).
+pytestmark = needs_reference("crds")
 
 NOT_CHECKED = (
     '<nil>: Invalid value: "null": some validation rules were not checked because the object was invalid; '
@@ -1056,8 +1057,11 @@ def _upstream_runtimes() -> list[tuple[str, Obj]]:
     return found
 
 
+@needs_reference("runtimes")
 @pytest.mark.parametrize(
-    ("name", "doc"), _upstream_runtimes(), ids=lambda value: value if isinstance(value, str) else ""
+    ("name", "doc"),
+    params(_upstream_runtimes(), 2, within="runtimes"),
+    ids=lambda value: value if isinstance(value, str) else "",
 )
 def test_upstream_runtimes_are_valid(name: str, doc: Obj) -> None:
     schema = cluster_runtime_schema()
@@ -1089,7 +1093,7 @@ def _defaults(schema: Any, path: str = "") -> list[tuple[str, Obj]]:
 UPSTREAM_CRDS = sorted(str(p.relative_to(REFERENCE / "crds")) for p in (REFERENCE / "crds").rglob("*.yaml"))
 
 
-@pytest.mark.parametrize("crd", UPSTREAM_CRDS)
+@pytest.mark.parametrize("crd", params(UPSTREAM_CRDS, within="crds"))
 def test_upstream_defaults_round_trip(crd: str) -> None:
     """Every default in the CRD validates against its own schema and prunes to itself.
 

@@ -1,13 +1,15 @@
 """Copy the JobSet and PodGroup CRDs the sandbox installs into ``sandbox/trainer_sandbox/crds/``.
 
 They are stored as JSON without descriptions: the originals are large YAML files that take seconds
-to parse, and the server needs only their schemas. Run:
-``python -m trainer_sandbox.gen_crds /work/shared/reference/crds``.
+to parse, and the server needs only their schemas. Run
+``python -m trainer_sandbox.gen_crds REFERENCE/crds``, where REFERENCE is the upstream reference
+data (docs/reference-data.md); without an argument, ``$TRAINER_REFERENCE_DIR/crds``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -38,7 +40,16 @@ def strip_descriptions(node: Any, in_properties: bool = False) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = argv if argv is not None else sys.argv[1:]
-    source = Path(args[0]) if args else Path("/work/shared/reference/crds")
+    if args:
+        source = Path(args[0])
+    elif os.environ.get("TRAINER_REFERENCE_DIR"):
+        source = Path(os.environ["TRAINER_REFERENCE_DIR"]) / "crds"
+    else:
+        print(
+            "usage: python -m trainer_sandbox.gen_crds REFERENCE/crds (or set TRAINER_REFERENCE_DIR)",
+            file=sys.stderr,
+        )
+        return 2
     TARGET.mkdir(exist_ok=True)
     for rel in SOURCES:
         doc = yaml.load((source / rel).read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))

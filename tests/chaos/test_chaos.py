@@ -10,7 +10,7 @@ What must hold (read from the server's own event stream, ordered by resourceVers
 timing can hide a violation):
 
 - every TrainJob converges to the state its inputs call for (Complete, Failed, Suspended, gone);
-- no child is created after its TrainJob finished (DECISIONS §4);
+- no child is created after its TrainJob finished (docs/decisions.md §4);
 - no MPI SSH Secret is created twice or changed (a re-key would break a running job);
 - every child is owned by its TrainJob when created, and nothing is left once TrainJobs are
   deleted (no orphans);

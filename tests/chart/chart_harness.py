@@ -38,14 +38,6 @@ TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def reference_dir() -> Path | None:
-    """``shared/reference`` beside the repository (CI clones it there), else the workplace's copy."""
-    for candidate in (ROOT.parent / "shared" / "reference", Path("/work/shared/reference")):
-        if candidate.is_dir():
-            return candidate
-    return None
-
-
 # --- rendering ---------------------------------------------------------------------------------
 
 

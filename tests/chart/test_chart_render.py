@@ -1,8 +1,9 @@
 """The chart rendered offline by Helm 4 (helm-python-sdk): strict lint, schema, and every object checked.
 
 Built-in kinds are validated against the Kubernetes OpenAPI schemas (kubernetes-validate) of the oldest
-and newest supported versions; custom resources against the CRDs in shared/reference (the trainer's,
-JobSet's for the runtimes' JobSet templates, cert-manager's and Prometheus Operator's).
+and newest supported versions; custom resources against upstream's CRDs in the reference data
+(tests/reference_data.py): the trainer's, JobSet's for the runtimes' JobSet templates, cert-manager's
+and Prometheus Operator's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import chart_harness as h
 import helm_python as helm
 import kubernetes_validate
 import pytest
+import reference_data
 import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
@@ -127,10 +129,7 @@ def default() -> list[Obj]:
 
 @pytest.fixture(scope="module")
 def reference() -> Path:
-    found = h.reference_dir()
-    if found is None:
-        pytest.skip("shared/reference is not beside the repository")
-    return found
+    return reference_data.require("crds")
 
 
 @pytest.fixture(scope="module")

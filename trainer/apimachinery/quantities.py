@@ -1,6 +1,6 @@
 """Where a schema holds resource quantities, and writing those quantities canonically.
 
-DECISIONS.md §9 asks for two things that both need to know which fields are quantities, wherever
+docs/decisions.md §9 asks for two things that both need to know which fields are quantities, wherever
 they stand (container resources, pod overhead, an emptyDir's sizeLimit, a PVC template's storage,
 a resourceFieldRef's divisor): numbers are accepted where a CRD only accepts quantity strings
 (``cpu: 0.5`` in a runtime, ``cpu: 2.0`` from the Kubeflow SDK), and the objects we create carry

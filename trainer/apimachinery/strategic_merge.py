@@ -1,11 +1,11 @@
 """Kubernetes strategic merge patch (``k8s.io/apimachinery/pkg/util/strategicpatch``), standard library only.
 
 Why: TrainJob ``runtimePatches`` are applied to the runtime's JobSet spec with strategic-merge semantics
-(framework-and-torch.md §3.2, §14.4), and the in-memory API server must accept
-``application/strategic-merge-patch+json`` for built-in kinds (local-apiserver.md).  Both need the same
-engine; they differ only in how they learn which lists are merged by which key, so that knowledge is a
-parameter (:data:`MergeKeys`).  The ``trainer render`` CLI imports this module, hence no third-party
-imports.
+(docs/upstream-behaviour.md §runtime-patches, §strategic-merge), and the in-memory API server must
+accept ``application/strategic-merge-patch+json`` for built-in kinds (docs/upstream-behaviour.md
+§local-apiserver).  Both need the same engine; they differ only in how they learn which lists are
+merged by which key, so that knowledge is a parameter (:data:`MergeKeys`).  The ``trainer render``
+CLI imports this module, hence no third-party imports.
 
 Semantics, following upstream ``mergeMap`` / ``mergeSlice`` with the API server's options
 (``MergeParallelList``, ``IgnoreUnmatchedNulls``):
@@ -430,7 +430,8 @@ _CONTAINER_LIST_KEYS: Final[Mapping[tuple[str, ...], str]] = {
     ("ports",): "containerPort",
     ("volumeMounts",): "mountPath",
     ("volumeDevices",): "devicePath",
-    # Not a patch key in core (listType=map only), but spec §3.4 merges resourcesPerNode claims by name.
+    # Not a patch key in core (listType=map only), but resourcesPerNode claims merge by name
+    # (docs/upstream-behaviour.md §resources-merge).
     ("resources", "claims"): "name",
 }
 
@@ -447,7 +448,8 @@ def _object_meta_merge_keys(rest: tuple[str, ...]) -> tuple[str, str | None] | N
 
 
 def jobset_merge_keys(path: tuple[str, ...]) -> tuple[str, str | None] | None:
-    """Merge keys for a JobSet spec, the target of TrainJob ``runtimePatches`` (spec §3.2, §14.4).
+    """Merge keys for a JobSet spec, the target of TrainJob ``runtimePatches``
+    (docs/upstream-behaviour.md §runtime-patches, §strategic-merge).
 
     ``replicatedJobs`` merge by ``name``; inside each replicated job the Job template follows the core
     types' patch tags: in the pod spec ``containers``, ``initContainers``, ``ephemeralContainers``,
