@@ -137,7 +137,9 @@ def _walk(
         if bad:
             decode.append(f"{path or '.'}: cannot unmarshal {_json_type(value)} into {t}")
             return
-    if "enum" in node and value not in node["enum"]:
+    # A Go string field decodes "" as unset (defaulted, or allowed: a Toleration's effect), never
+    # as a value outside its enum.
+    if "enum" in node and value not in node["enum"] and value != "":
         errors.append(unsupported(path, value, [str(v) for v in node["enum"]]))
     if isinstance(value, dict):
         for req in node.get("required") or []:
