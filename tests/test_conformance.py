@@ -40,11 +40,13 @@ def test_every_upstream_runtime_is_admitted_and_round_trips(path: Path) -> None:
     manifest = _load(path)
     cluster = render(manifest)
     assert not cluster.refusals, [r.lines() for r in cluster.refusals]
-    # The typed view the render core uses loses nothing a user wrote, and types what it names.
-    view = ClusterTrainingRuntime.view(manifest)
-    assert view.dump() == manifest
-    assert isinstance(view.spec, TrainingRuntimeSpec)
-    assert view.spec.ml_policy is None or isinstance(view.spec.ml_policy, MLPolicy)
+    # The typed view loses nothing a user wrote, and types what it names.
+    model = ClusterTrainingRuntime.model_validate(manifest)
+    assert model.model_dump(by_alias=True, exclude_unset=True) == manifest
+    assert isinstance(model.spec, TrainingRuntimeSpec)
+    assert model.spec.ml_policy is None or isinstance(model.spec.ml_policy, MLPolicy)
+    # The unvalidated view the render core uses is the same typed object.
+    assert ClusterTrainingRuntime.view(manifest) == model
 
 
 @pytest.mark.parametrize("path", OUR_RUNTIMES, ids=lambda p: p.name)

@@ -2,7 +2,8 @@
 
 ``apiserver``: a fresh ``LocalAPIServer`` per test on a free port, stopped promptly afterwards (open
 watches included). ``kubeconfig``: the path of an admin kubeconfig for it, in the test's temp dir.
-``kube_client``: an official ``kubernetes`` ApiClient on that kubeconfig. ``trainer_apiserver``: a
+``kube_client``: an official ``kubernetes`` ApiClient on that kubeconfig (the client is not a
+dependency of the operator or of this package: the tests' dev extra installs it). ``trainer_apiserver``: a
 server with the trainer, JobSet and PodGroup CRDs installed. ``sandbox_apiserver``: what
 ``trainer sandbox`` serves (those CRDs, the default runtimes, the ``kubeflow-trainer-public`` ConfigMap).
 """

@@ -6,14 +6,23 @@ any instant, in-flight requests cut, nothing flushed; and an RSS that is the ope
 child runs as the chart's ServiceAccount user, so the audit log tells its requests apart, and it
 is killed with its parent (Linux: ``PR_SET_PDEATHSIG``), so an interrupted test leaves no
 operator holding a port.
+
+The child sees only what the operator's image installs: the operator's distribution and its
+requirements, transitively, without extras (:func:`operator_site`), not the packages the tests
+installed beside it. That keeps its memory the image's: kopf imports the official ``kubernetes``
+client (40 MiB) whenever it can, and the tests install that client. It also makes a run fail
+where the image would, on an import of a package the operator does not declare.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +30,54 @@ from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.server import free_port
 
 OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
+OPERATOR_DISTRIBUTION = "trainer-operator"
+
+# `trainer run` on a site directory alone: no site-packages (-S), no current directory (-P).
+_BOOT = "import site, sys; site.addsitedir(sys.argv.pop(1)); from trainer.cli import main; sys.exit(main())"
+_SITE: Path | None = None
+
+
+def operator_site() -> Path:
+    """A site directory holding the operator's distribution and its requirements, transitively and
+    without extras, as links into this environment: what ``pip install trainer-operator`` gives.
+
+    Made once per process. Run Python on it with :func:`operator_command`.
+    """
+    global _SITE
+    if _SITE is None:
+        import site as python_site
+        from importlib import metadata
+
+        from packaging.requirements import Requirement
+        from packaging.utils import canonicalize_name
+
+        site = Path(tempfile.mkdtemp(prefix="operator-site-"))
+        atexit.register(shutil.rmtree, site, True)
+        todo, seen = [OPERATOR_DISTRIBUTION], set()
+        while todo:
+            name = canonicalize_name(todo.pop())
+            if name in seen:
+                continue
+            seen.add(name)
+            # As installed, not as a checkout in the current directory may describe itself.
+            dist = next(iter(metadata.distributions(name=name, path=python_site.getsitepackages())))
+            for line in dist.requires or []:
+                requirement = Requirement(line)
+                if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                    todo.append(requirement.name)
+            for top in sorted({f.parts[0] for f in dist.files or []}):
+                source = Path(str(dist.locate_file(top)))
+                link = site / top
+                if top.startswith("..") or top == "__pycache__" or link.exists() or not source.exists():
+                    continue  # scripts (../../bin), bytecode, a directory two distributions share
+                link.symlink_to(source)
+        _SITE = site
+    return _SITE
+
+
+def operator_command(*args: str) -> list[str]:
+    """``trainer ARGS...`` as a command line that sees only :func:`operator_site`."""
+    return [sys.executable, "-S", "-P", "-c", _BOOT, str(operator_site()), *args]
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
@@ -73,9 +130,10 @@ class OperatorProcess:
         log = self.log_path.open("ab")
         log.write(f"--- start {self.starts + 1} ---\n".encode())
         log.flush()
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         self.proc = subprocess.Popen(
-            [str(Path(sys.executable).with_name("trainer")), "run", "--config", str(self.config)],
-            env={**os.environ, "KUBECONFIG": str(self.kubeconfig)},
+            operator_command("run", "--config", str(self.config)),
+            env={**env, "KUBECONFIG": str(self.kubeconfig)},
             stdout=log,
             stderr=subprocess.STDOUT,
             preexec_fn=_die_with_parent if sys.platform == "linux" else None,

@@ -208,7 +208,7 @@ def build_crds() -> list[dict[str, Any]]:
             trainjob_schema,
             status=True,
             columns=[
-                # DECISIONS.md §10: the condition that is True, not the last one whatever its status.
+                # docs/decisions.md §10: the condition that is True, not the last one whatever its status.
                 {
                     "name": "State",
                     "type": "string",

@@ -1,10 +1,11 @@
 """Kubernetes resource quantities, exactly as ``k8s.io/apimachinery`` ``resource.Quantity`` behaves.
 
 Why this module exists: the operator must (a) read quantities written by users and SDKs (strings such
-as ``"2500m"`` or ``"1.5Gi"``, but also JSON numbers such as ``cpu: 2.0``; DECISIONS.md §9), (b) turn
-them into integers for ``PET_NPROC_PER_NODE`` (framework-and-torch.md §7.2, §14.1), (c) add and
-multiply them for PodGroup ``minResources`` (mpi-gang-lifecycle.md §3/§4), and (d) write them back in
-the canonical form a real API server would return, so that our objects compare equal to upstream ones.
+as ``"2500m"`` or ``"1.5Gi"``, but also JSON numbers such as ``cpu: 2.0``; docs/decisions.md §9),
+(b) turn them into integers for ``PET_NPROC_PER_NODE`` (docs/upstream-behaviour.md §torch-nproc,
+§quantities), (c) add and multiply them for PodGroup ``minResources`` (docs/upstream-behaviour.md
+§coscheduling, §volcano), and (d) write them back in the canonical form a real API server would
+return, so that our objects compare equal to upstream ones.
 
 It is standard-library only and imports nothing heavy: the ``trainer render`` CLI imports it on its
 cold-start path.
@@ -257,9 +258,9 @@ class Quantity:
     def ceil(self) -> int:
         """The value rounded up to an integer, like ``Quantity.Value()`` upstream.
 
-        Positive fractions round up (``2500m`` -> 3, ``0.7`` -> 1, ``3.7`` -> 4), as spec §14.1
-        requires.  Like upstream, rounding is *away from zero*, so ``-1.5`` gives ``-2``; negative
-        quantities never appear in valid resource lists.
+        Positive fractions round up (``2500m`` -> 3, ``0.7`` -> 1, ``3.7`` -> 4), as
+        docs/upstream-behaviour.md §quantities says.  Like upstream, rounding is *away from zero*, so
+        ``-1.5`` gives ``-2``; negative quantities never appear in valid resource lists.
         """
         if self._nanos >= 0:
             return _ceil_div(self._nanos, _NANO)
@@ -371,7 +372,7 @@ def canonical_quantity(value: str | int | float | Quantity) -> str:
 
 
 def resource_list_canonical(mapping: Mapping[str, Any] | None) -> dict[str, str]:
-    """Canonicalize every quantity of a ``ResourceList`` (DECISIONS.md §9).
+    """Canonicalize every quantity of a ``ResourceList`` (docs/decisions.md §9).
 
     Keys are returned in sorted order, which is how an API server serializes Go maps; ``None`` gives
     an empty dict.  Raises ``ValueError`` naming the resource when a value is not a quantity.
@@ -410,7 +411,8 @@ def _gpu_in(resource_list: Mapping[str, Any]) -> int:
 
 
 def gpu_count(resources: Mapping[str, Any] | None) -> int:
-    """GPUs per node from a ``ResourceRequirements`` mapping (spec §7.2 step 3, §14.2).
+    """GPUs per node from a ``ResourceRequirements`` mapping (docs/upstream-behaviour.md
+    §gpu-and-cpu-count).
 
     The value, rounded up, of the first resource (in sorted name order) whose lower-cased name
     contains ``gpu`` in ``requests``; if that is zero or absent, the same lookup in ``limits``.
@@ -423,7 +425,8 @@ def gpu_count(resources: Mapping[str, Any] | None) -> int:
 
 
 def cpu_count(resources: Mapping[str, Any] | None) -> int:
-    """CPUs per node from a ``ResourceRequirements`` mapping (spec §7.2 step 4).
+    """CPUs per node from a ``ResourceRequirements`` mapping (docs/upstream-behaviour.md
+    §gpu-and-cpu-count).
 
     ``requests.cpu`` when present and non-zero, otherwise ``limits.cpu``, rounded up (``2500m`` -> 3);
     0 when neither is set.  Callers apply ``max(1, ...)`` themselves.

@@ -48,7 +48,7 @@ class MPIPolicy(APIModel):
             default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in mpiPolicy must be >= 1"),)
         ),
     ] = Field(1, alias="numProcPerNode")
-    # DECISIONS.md §5: Intel MPI and MPICH are accepted, unlike upstream's enum.
+    # docs/decisions.md §5: Intel MPI and MPICH are accepted, unlike upstream's enum.
     mpi_implementation: Annotated[str, Schema(default="OpenMPI", enum=MPI_IMPLEMENTATIONS)] = Field(
         "OpenMPI", alias="mpiImplementation"
     )
@@ -101,7 +101,7 @@ MLPolicyField = Annotated[
             Rule(
                 "[has(self.torch), has(self.mpi), has(self.jax), has(self.xgboost),"
                 "has(self.flux)].filter(x, x).size() <= 1",
-                # DECISIONS.md §8: upstream's words, grammar fixed.
+                # docs/decisions.md §8: upstream's words, grammar fixed.
                 "Only one of the policies can be configured",
             ),
         )
