@@ -350,10 +350,11 @@ class RealCluster:
             subject = {"kind": "ServiceAccount", "name": sa, "namespace": ns}
         else:
             subject = {"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}
+        name = f"test-{cluster_role}-{digest}"
         binding = {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": f"test-{cluster_role}-{digest}"},
+            "metadata": {"name": name},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": cluster_role},
             "subjects": [subject],
         }
@@ -362,6 +363,8 @@ class RealCluster:
         except APIError as exc:
             if exc.code != 409:
                 raise
+        # Users outlive a test on the shared server: its grants must not.
+        self._cluster_scoped_created.append(("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", name))
 
     def write_kubeconfig(self, path: str | Path, user: str = ADMIN, namespace: str | None = None) -> Path:
         """A kubeconfig for ``user``: the admin's own, a service-account token, or a client certificate."""

@@ -1,7 +1,9 @@
-"""An operator running against the local API server, with the CRDs and default runtimes installed.
+"""An operator running against a control plane with the CRDs and default runtimes installed: the
+stand-in, the real one built from cluster/, or both (``pytest --backend``; tests/backend_plugin.py).
 
 The operator talks to the server over HTTPS as its own user (the chart's ServiceAccount), so the
-audit log tells its requests from the test's and from the simulated controllers'.
+audit log tells its requests from the test's and from the controllers'. It watches the test's
+namespace only: on the real control plane other tests' namespaces share the server.
 """
 
 from __future__ import annotations
@@ -11,27 +13,27 @@ from pathlib import Path
 
 import pytest
 from operator_helpers import OPERATOR_USER
-from trainer_sandbox.apiserver import LocalAPIServer
-from trainer_sandbox.fixtures import apiserver  # noqa: F401 - a fixture used by the ones below
-from trainer_sandbox.sandbox import prepare
+from trainer_sandbox.backends import Cluster
 
 from trainer.controller.config import Configuration
 from trainer.controller.embedded import EmbeddedOperator
 
 
 @pytest.fixture
-def cluster(apiserver: LocalAPIServer) -> LocalAPIServer:  # noqa: F811
-    prepare(apiserver)
-    apiserver.add_user(OPERATOR_USER, ["system:serviceaccounts"])
-    return apiserver
+def cluster(cluster: Cluster) -> Cluster:
+    cluster.add_user(OPERATOR_USER, ["system:serviceaccounts"])
+    # The chart's own ClusterRole is proven against the real authorizer by the install tests;
+    # here the operator's behaviour is under test, not its rights.
+    cluster.grant(OPERATOR_USER)
+    return cluster
 
 
 @pytest.fixture
-def operator_kubeconfig(cluster: LocalAPIServer, tmp_path: Path) -> Path:
+def operator_kubeconfig(cluster: Cluster, tmp_path: Path) -> Path:
     return cluster.write_kubeconfig(tmp_path / "operator.kubeconfig", user=OPERATOR_USER)
 
 
 @pytest.fixture
-def operator(operator_kubeconfig: Path) -> Iterator[EmbeddedOperator]:
-    with EmbeddedOperator(operator_kubeconfig, Configuration()) as op:
+def operator(operator_kubeconfig: Path, cluster: Cluster) -> Iterator[EmbeddedOperator]:
+    with EmbeddedOperator(operator_kubeconfig, Configuration(), namespaces=[cluster.namespace]) as op:
         yield op

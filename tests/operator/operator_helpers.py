@@ -6,11 +6,23 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.backends import Cluster
 from trainer_sandbox.operator_process import OPERATOR_USER
 
+from trainer.controller.embedded import EmbeddedOperator
+
 TJ = "trainer.kubeflow.org/v1alpha1"
-__all__ = ["OPERATOR_USER", "TJ", "conditions", "get_or_none", "operator_writes", "trainjob", "wait_for"]
+__all__ = [
+    "OPERATOR_USER",
+    "TJ",
+    "conditions",
+    "get_or_none",
+    "operator_requests",
+    "operator_writes",
+    "reconciles",
+    "trainjob",
+    "wait_for",
+]
 
 
 def wait_for(
@@ -30,12 +42,12 @@ def trainjob(name: str, runtime: str = "torch-distributed", **spec: Any) -> dict
     return {
         "apiVersion": TJ,
         "kind": "TrainJob",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name},
         "spec": {"runtimeRef": {"name": runtime}, **spec},
     }
 
 
-def conditions(server: LocalAPIServer, name: str) -> dict[str, tuple[str, str]]:
+def conditions(server: Cluster, name: str) -> dict[str, tuple[str, str]]:
     tj = server.get(TJ, "TrainJob", name)
     return {
         c["type"]: (c["status"], c.get("reason", ""))
@@ -43,7 +55,7 @@ def conditions(server: LocalAPIServer, name: str) -> dict[str, tuple[str, str]]:
     }
 
 
-def get_or_none(server: LocalAPIServer, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
+def get_or_none(server: Cluster, api_version: str, kind: str, name: str) -> dict[str, Any] | None:
     from trainer_sandbox.apiserver.errors import APIError
 
     try:
@@ -52,8 +64,45 @@ def get_or_none(server: LocalAPIServer, api_version: str, kind: str, name: str) 
         return None
 
 
-def operator_writes(server: LocalAPIServer, since: int = 0, *, events: bool = False) -> list[Any]:
-    records = server.audit.records[since:]
+def operator_requests(server: Cluster, since: int = 0) -> list[Any]:
+    """The operator's requests after ``since``, in the test's namespace or outside any.
+
+    On the real control plane every test's operator is the same user: the namespace keeps another
+    test's (a watch closing late, say) out of this one's.
+    """
     return [
-        r for r in records if r.user == OPERATOR_USER and r.mutated and (events or r.resource != "events")
+        r
+        for r in server.audit_since(since)
+        if r.user == OPERATOR_USER and r.namespace in (server.namespace, "")
     ]
+
+
+def operator_writes(server: Cluster, since: int = 0, *, events: bool = False) -> list[Any]:
+    return [r for r in operator_requests(server, since) if r.mutated and (events or r.resource != "events")]
+
+
+def wait_settled(server: Cluster, idle: Callable[[], bool], quiet: float = 1.0, timeout: float = 20) -> None:
+    """Wait until the operator (``idle``: its queue is empty) has written nothing for ``quiet`` s.
+
+    A TrainJob's own condition can be right before the world has settled: the JobSet controller
+    writes the JobSet's status a moment later (on a real cluster, visibly later), which the
+    operator copies to the TrainJob, and Events are posted by a task of their own. A test about
+    what a settled world costs must start from one.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        mark = server.audit_mark()
+        time.sleep(quiet)
+        if idle() and not operator_writes(server, mark, events=True):
+            return
+    raise AssertionError(f"the operator kept writing for {timeout} s")
+
+
+def reconciles(operator: EmbeddedOperator) -> float:
+    """The reconciles the operator has finished without an error (``trainer_reconcile_total``).
+
+    A test that something costs no write shows first that it ran: a reconcile that never happened
+    writes nothing too.
+    """
+    registry = operator.operator.metrics.registry
+    return registry.get_sample_value("trainer_reconcile_total", {"result": "success"}) or 0.0

@@ -5,15 +5,16 @@ from __future__ import annotations
 import copy
 import time
 
-from operator_helpers import OPERATOR_USER, TJ, conditions, get_or_none, trainjob, wait_for
-from trainer_sandbox.apiserver import LocalAPIServer
+from operator_helpers import TJ, conditions, get_or_none, operator_writes, reconciles, trainjob, wait_for
+from trainer_sandbox.backends import Cluster
 
+from trainer.api.objects import Obj
 from trainer.controller.embedded import EmbeddedOperator
 
 RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]
 
 
-def test_mpi_trainjob_end_to_end(cluster: LocalAPIServer, operator: EmbeddedOperator) -> None:
+def test_mpi_trainjob_end_to_end(cluster: Cluster, operator: EmbeddedOperator) -> None:
     cluster.create(trainjob("ds", runtime="deepspeed-distributed", trainer={"numNodes": 3, "env": RUN_FAST}))
     secret = wait_for(lambda: get_or_none(cluster, "v1", "Secret", "ds-mpi-ssh-auth"), what="the SSH Secret")
     assert secret["type"] == "kubernetes.io/ssh-auth" and secret["immutable"] is True
@@ -32,7 +33,7 @@ def test_mpi_trainjob_end_to_end(cluster: LocalAPIServer, operator: EmbeddedOper
     )
 
 
-def test_coscheduled_trainjob_end_to_end(cluster: LocalAPIServer, operator: EmbeddedOperator) -> None:
+def test_coscheduled_trainjob_end_to_end(cluster: Cluster, operator: EmbeddedOperator) -> None:
     base = cluster.get(TJ, "ClusterTrainingRuntime", "torch-distributed", namespace="")
     spec = copy.deepcopy(base["spec"])
     spec["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 120}}
@@ -53,24 +54,29 @@ def test_coscheduled_trainjob_end_to_end(cluster: LocalAPIServer, operator: Embe
         "minResources": {"cpu": "6", "memory": "12Gi"},
         "scheduleTimeoutSeconds": 120,
     }
-    jobset = cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "ganged")
+    # The PodGroup is written before the JobSet: seeing one does not mean the other exists yet.
+    jobset = wait_for(
+        lambda: get_or_none(cluster, "jobset.x-k8s.io/v1alpha2", "JobSet", "ganged"), what="the JobSet"
+    )
     pod_labels = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"]["labels"]
     assert pod_labels["scheduling.x-k8s.io/pod-group"] == "ganged"
     wait_for(lambda: conditions(cluster, "ganged").get("Complete", ("",))[0] == "True", what="Complete")
 
 
-def test_managed_by_multikueue_is_not_touched(cluster: LocalAPIServer, operator: EmbeddedOperator) -> None:
-    mark = len(cluster.audit.records)
+def test_managed_by_multikueue_is_not_touched(cluster: Cluster, operator: EmbeddedOperator) -> None:
+    mark = cluster.audit_mark()
+    before = reconciles(operator)
     cluster.create(trainjob("elsewhere", managedBy="kueue.x-k8s.io/multikueue"))
+    wait_for(lambda: reconciles(operator) > before, what="a reconcile of the TrainJob")
     time.sleep(1.0)
     assert operator.idle()
-    touched = [r for r in cluster.audit.records[mark:] if r.user == OPERATOR_USER and r.mutated]
+    touched = operator_writes(cluster, mark, events=True)
     assert touched == []
     assert get_or_none(cluster, "jobset.x-k8s.io/v1alpha2", "JobSet", "elsewhere") is None
 
 
 def test_active_deadline_fails_the_trainjob_and_deletes_the_jobset(
-    cluster: LocalAPIServer, operator: EmbeddedOperator
+    cluster: Cluster, operator: EmbeddedOperator
 ) -> None:
     cluster.create(
         trainjob(
@@ -89,16 +95,22 @@ def test_active_deadline_fails_the_trainjob_and_deletes_the_jobset(
     )
 
 
-def test_events_are_distinct_short_and_keyless(cluster: LocalAPIServer, operator: EmbeddedOperator) -> None:
+def test_events_are_distinct_short_and_keyless(cluster: Cluster, operator: EmbeddedOperator) -> None:
     cluster.create(
         trainjob("evented", runtime="deepspeed-distributed", trainer={"numNodes": 2, "env": RUN_FAST})
     )
     cluster.create(trainjob("lost", runtime="gone"))
     wait_for(lambda: conditions(cluster, "evented").get("Complete", ("",))[0] == "True", what="Complete")
     wait_for(lambda: "ReconcileFailed" in conditions(cluster, "lost"), what="ReconcileFailed")
-    events = [e for e in cluster.list("v1", "Event", "default") if e["involvedObject"]["kind"] == "TrainJob"]
+    expected = {"JobSetCreated", "TrainJobCompleted", "TrainJobResourcesCreationFailed"}
+
+    def trainjob_events() -> list[Obj]:
+        return [e for e in cluster.list("v1", "Event") if e["involvedObject"]["kind"] == "TrainJob"]
+
+    # Events are posted by a task of their own, after the status that announces them.
+    wait_for(lambda: expected <= {e["reason"] for e in trainjob_events()}, what=f"events {expected}")
+    events = trainjob_events()
     reasons = {e["reason"] for e in events}
-    assert {"JobSetCreated", "TrainJobCompleted", "TrainJobResourcesCreationFailed"} <= reasons
     assert all(r[0].isupper() and " " not in r for r in reasons)
     secret = cluster.get("v1", "Secret", "evented-mpi-ssh-auth")
     for event in events:
@@ -107,7 +119,7 @@ def test_events_are_distinct_short_and_keyless(cluster: LocalAPIServer, operator
         assert all(value not in event["message"] for value in secret["data"].values())
 
 
-def test_metrics_count_by_framework(cluster: LocalAPIServer, operator: EmbeddedOperator) -> None:
+def test_metrics_count_by_framework(cluster: Cluster, operator: EmbeddedOperator) -> None:
     cluster.create(trainjob("counted", trainer={"env": RUN_FAST}))
     wait_for(lambda: conditions(cluster, "counted").get("Complete", ("",))[0] == "True", what="Complete")
     registry = operator.operator.metrics.registry

@@ -10,8 +10,10 @@ from operator_helpers import (
     get_or_none,
     operator_requests,
     operator_writes,
+    reconciles,
     trainjob,
     wait_for,
+    wait_settled,
 )
 from trainer_sandbox.backends import Cluster
 
@@ -26,7 +28,8 @@ def test_trainjob_runs_to_complete_with_minimal_writes(cluster: Cluster, operato
     cluster.create(trainjob("mnist", trainer={"numNodes": 2, "env": RUN_FAST}))
     jobset = wait_for(lambda: get_or_none(cluster, JS, "JobSet", "mnist"), what="the JobSet")
     writes = operator_writes(cluster, mark)
-    jobset_created = next(i for i, r in enumerate(writes) if (r.verb, r.resource) == ("create", "jobsets"))
+    # Created by server-side apply: a patch that answers 201 Created.
+    jobset_created = next(i for i, r in enumerate(writes) if r.resource == "jobsets" and r.status == 201)
     until_jobset = writes[: jobset_created + 1]
     # The snapshot ConfigMap and the JobSet, and at most one status write: no bookkeeping writes.
     kinds = sorted((r.verb, r.resource, r.subresource) for r in until_jobset)
@@ -45,12 +48,14 @@ def test_trainjob_runs_to_complete_with_minimal_writes(cluster: Cluster, operato
 def test_steady_state_and_noop_reconcile_write_nothing(cluster: Cluster, operator: EmbeddedOperator) -> None:
     cluster.create(trainjob("idle", suspend=True))
     wait_for(lambda: conditions(cluster, "idle").get("Suspended") == ("True", "Suspended"), what="Suspended")
-    assert operator.idle()
+    wait_settled(cluster, operator.idle)
     mark = cluster.audit_mark()
+    before = reconciles(operator)
     # Force reconciles of a TrainJob whose world is as it should be.
     _requeue(operator, (cluster.namespace, "idle"))
     time.sleep(1.0)
     assert operator.idle()
+    assert reconciles(operator) > before, "the forced reconciles ran"
     assert operator_writes(cluster, mark, events=True) == []
 
 
@@ -132,11 +137,12 @@ def test_restart_mid_lifecycle_converges_without_duplicate_writes(
     with EmbeddedOperator(operator_kubeconfig, namespaces=[cluster.namespace]) as first:
         cluster.create(trainjob("survivor", suspend=True))
         wait_for(lambda: conditions(cluster, "survivor").get("Suspended", ("",))[0] == "True")
-        assert first.idle()
+        wait_settled(cluster, first.idle)
     mark = cluster.audit_mark()
     with EmbeddedOperator(operator_kubeconfig, namespaces=[cluster.namespace]) as second:
         time.sleep(1.0)
         assert second.idle()
+        assert reconciles(second) >= 1, "the restarted operator reconciled the TrainJob"
         assert operator_writes(cluster, mark, events=True) == [], "a restart re-creates or rewrites nothing"
         cluster.patch(TJ, "TrainJob", "survivor", {"spec": {"suspend": False}})
         wait_for(

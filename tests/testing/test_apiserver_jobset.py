@@ -74,7 +74,7 @@ def test_defaults_jobs_pods_and_completion(trainer_apiserver: LocalAPIServer) ->
     assert spec["successPolicy"] == {"operator": "All"}
     assert spec["startupPolicy"] == {"startupPolicyOrder": "AnyOrder"}
     assert spec["network"] == {"enableDNSHostnames": True, "publishNotReadyAddresses": True}
-    assert spec["managedBy"] == "jobset.sigs.k8s.io/jobset-controller"
+    assert "managedBy" not in spec, "JobSet's webhook does not default it"
     rj = spec["replicatedJobs"][0]["template"]["spec"]
     assert rj["completionMode"] == "Indexed" and rj["template"]["spec"]["restartPolicy"] == "OnFailure"
 
