@@ -67,6 +67,26 @@ def test_json_list_stdin_and_now(tmp_path: Path) -> None:
     assert tj["status"]["conditions"][0]["lastTransitionTime"] == "2026-05-01T10:00:00Z"
 
 
+def test_json_input_is_read_as_json(tmp_path: Path) -> None:
+    """JSON as json.dumps writes it: an emoji is an escaped surrogate pair, which YAML refuses and
+    kubectl's JSON decoder accepts; a lone surrogate becomes U+FFFD, as Go's decoder makes it."""
+    env = [{"name": "GREETING", "value": "\U0001f600"}, {"name": "BROKEN", "value": "a\ud83d"}]
+    job = trainjob(trainer={"numNodes": 1, "env": env})
+    payload = json.dumps(runtime(ml_policy=TORCH)) + "\n" + json.dumps(job)  # a stream of two
+    assert "\\ud83d\\ude00" in payload
+    path = tmp_path / "in.json"
+    path.write_text(payload)
+    for output in ("yaml", "json"):
+        out = run("--no-default-runtimes", "-f", str(path), "-o", output)
+        assert out.returncode == 0, out.stderr
+        docs = list(yaml.safe_load_all(out.stdout)) if output == "yaml" else json.loads(out.stdout)["items"]
+        jobset = next(d for d in docs if d["kind"] == "JobSet")
+        job_template = jobset["spec"]["replicatedJobs"][0]["template"]
+        container = job_template["spec"]["template"]["spec"]["containers"][0]
+        values = {e["name"]: e.get("value") for e in container["env"]}
+        assert values["GREETING"] == "\U0001f600" and values["BROKEN"] == "a\ufffd", values
+
+
 def test_directory_input_is_lexical_and_not_recursive(tmp_path: Path) -> None:
     write(tmp_path, "b-job.yaml", trainjob())
     write(tmp_path, "a-runtime.yml", runtime(ml_policy=TORCH))

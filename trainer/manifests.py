@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,13 +22,63 @@ def _loader() -> Any:
     return getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_BLANK = re.compile(r"[ \t\r\n]*")  # JSON's whitespace
+
+
+def _not_json(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _json_stream(text: str) -> list[Any] | None:
+    """The documents of a JSON stream, or None if ``text`` is not one (then it is read as YAML).
+
+    As kubectl's decoder guesses: input whose first non-blank character is ``{`` is JSON, one
+    object after another. JSON is read as JSON, not as the YAML it nearly is: YAML refuses the
+    escaped surrogate pair ``json.dumps`` writes for a character beyond U+FFFF (an emoji). A lone
+    surrogate becomes U+FFFD, as Go's decoder makes it. Anything JSON refuses (NaN, a YAML
+    document after the first) is left to the YAML reader, as before.
+    """
+    index = _skip_blank(text, 0)
+    if not text.startswith("{", index):
+        return None
+    decoder = json.JSONDecoder(parse_constant=_not_json)
+    docs: list[Any] = []
+    try:
+        while index < len(text):
+            doc, index = decoder.raw_decode(text, index)
+            docs.append(doc)
+            index = _skip_blank(text, index)
+    except ValueError:
+        return None
+    return [_replace_lone_surrogates(doc) for doc in docs] if _SURROGATE_ESCAPE.search(text) else docs
+
+
+def _skip_blank(text: str, index: int) -> int:
+    match = _BLANK.match(text, index)
+    return match.end() if match else index
+
+
+def _replace_lone_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return _LONE_SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_replace_lone_surrogates(k): _replace_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_replace_lone_surrogates(v) for v in value]
+    return value
+
+
 def parse_documents(text: str, source: str) -> list[Obj]:
     import yaml
 
-    try:
-        docs = list(yaml.load_all(text, Loader=_loader()))
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"{source}: cannot parse YAML or JSON: {exc}") from exc
+    docs = _json_stream(text)
+    if docs is None:
+        try:
+            docs = list(yaml.load_all(text, Loader=_loader()))
+        except yaml.YAMLError as exc:
+            raise ManifestError(f"{source}: cannot parse YAML or JSON: {exc}") from exc
     objects: list[Obj] = []
     for i, doc in enumerate(docs):
         if doc is None:

@@ -1,23 +1,66 @@
-"""The client budget: a token bucket that serves children's writes before status writes."""
+"""The client budget: a token bucket that serves children's writes before status writes.
+
+Times are asserted on the limiter's own clock, which runs on a virtual-time event loop: the loop
+jumps to its next timer instead of sleeping, so a loaded machine cannot make a bound fail.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import selectors
 import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import pytest
 
 from trainer.controller.client import CHILDREN, STATUS, RateLimiter
 
+T = TypeVar("T")
+
+
+class _Jumping(selectors.DefaultSelector):
+    """Waits for nothing: the time a select would have slept is added to the loop's clock."""
+
+    def __init__(self, loop: VirtualTimeLoop) -> None:
+        super().__init__()
+        self.loop = loop
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is not None and timeout > 0:
+            self.loop.now += timeout
+        return super().select(0)
+
+
+class VirtualTimeLoop(asyncio.SelectorEventLoop):
+    def __init__(self) -> None:
+        self.now = 0.0
+        super().__init__(_Jumping(self))
+
+    def time(self) -> float:
+        return self.now
+
+
+def run_virtual(main: Callable[[VirtualTimeLoop], Awaitable[T]]) -> T:
+    loop = VirtualTimeLoop()
+    try:
+        return loop.run_until_complete(main(loop))
+    finally:
+        loop.close()
+
 
 def test_burst_then_qps() -> None:
-    async def main() -> float:
-        limiter = RateLimiter(qps=50, burst=5)
-        start = time.monotonic()
+    async def main(loop: VirtualTimeLoop) -> list[float]:
+        limiter = RateLimiter(qps=50, burst=5, clock=loop.time)
+        served = []
         for _ in range(15):  # 5 at once, then 10 at 50 a second
             await limiter.acquire()
-        return time.monotonic() - start
+            served.append(limiter.clock())
+        return served
 
-    elapsed = asyncio.run(main())
-    assert 0.17 <= elapsed < 0.6, elapsed
+    served = run_virtual(main)
+    assert served[:5] == [0.0] * 5
+    assert served[5:] == pytest.approx([0.02 * n for n in range(1, 11)])
 
 
 def test_children_are_served_before_status_and_in_arrival_order() -> None:
@@ -57,17 +100,16 @@ def test_try_acquire_never_jumps_the_queue() -> None:
 
 
 def test_a_cancelled_waiter_takes_no_token() -> None:
-    async def main() -> float:
-        limiter = RateLimiter(qps=20, burst=1)
+    async def main(loop: VirtualTimeLoop) -> float:
+        limiter = RateLimiter(qps=20, burst=1, clock=loop.time)
         await limiter.acquire()
         doomed = asyncio.create_task(limiter.acquire())
         await asyncio.sleep(0)
         doomed.cancel()
-        start = time.monotonic()
-        await limiter.acquire()  # gets the next token (about 50 ms), not the one after it
-        return time.monotonic() - start
+        await limiter.acquire()  # gets the next token (at 50 ms), not the one after it (100 ms)
+        return limiter.clock()
 
-    assert asyncio.run(main()) < 0.09
+    assert run_virtual(main) == pytest.approx(0.05)
 
 
 def test_status_writes_leave_a_reserve_for_children() -> None:

@@ -13,7 +13,7 @@ from trainer.admission.hints import api_version_hint, hints
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.apimachinery import structural
-from trainer.apimachinery.errors import AdmissionError, FieldError, forbidden, invalid, required
+from trainer.apimachinery.errors import AdmissionError, FieldError, invalid, required
 from trainer.apimachinery.openapi import schemas
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts, PluginError, ValidationContext
@@ -292,7 +292,3 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
     if errors:
         raise AdmissionError(errors, ctx.warnings)
     return ctx.warnings
-
-
-def forbid_kind(obj: Obj) -> FieldError:
-    return forbidden("kind", f"{obj.get('kind')} is not a trainer.kubeflow.org kind")

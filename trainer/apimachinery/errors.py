@@ -19,8 +19,6 @@ FORBIDDEN = "Forbidden"
 DUPLICATE = "Duplicate value"
 TOO_LONG = "Too long"
 TOO_MANY = "Too many"
-NOT_FOUND = "Not found"
-TYPE_INVALID = "Invalid value"
 INTERNAL = "Internal error"
 
 _OMIT = object()
@@ -80,10 +78,6 @@ class FieldError:
         if self.value is not _OMIT and self.type in (INVALID, UNSUPPORTED, DUPLICATE, TOO_MANY):
             head += f": {render_value(self.value)}"
         return f"{head}: {self.detail}" if self.detail else head
-
-    @property
-    def has_value(self) -> bool:
-        return self.value is not _OMIT
 
 
 def invalid(path: str, value: Any, detail: str) -> FieldError:

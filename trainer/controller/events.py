@@ -95,9 +95,13 @@ class Recorder:
             try:
                 await self.client.create(EVENTS, event["metadata"]["namespace"], event)
             except ApiError as exc:
-                logger.info("could not post event %s: %s", event["reason"], exc)
+                logger.info("could not post event %s: %s", event["reason"], scrub(str(exc)))
             except (OSError, TimeoutError, aiohttp.ClientError) as exc:
                 logger.info("could not post event %s: %s", event["reason"], type(exc).__name__)
+            except Exception as exc:  # whatever one Event meets, the Events after it still go out
+                logger.warning(
+                    "could not post event %s: %s: %s", event["reason"], type(exc).__name__, scrub(str(exc))
+                )
             finally:
                 self.queue.task_done()
 

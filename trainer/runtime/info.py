@@ -15,7 +15,6 @@ from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.api.runtime import MLPolicy, PodGroupPolicy, TrainingRuntime
 from trainer.api.trainjob import TrainJob
-from trainer.apimachinery.errors import FieldError
 
 
 class PluginError(Exception):
@@ -162,7 +161,6 @@ class Info:
     # Filled in by torchtune: the trainer command the builder writes (the stored TrainJob keeps
     # ["tune", "run"], so every reconcile recomputes it).
     trainer_command: list[str] | None = None
-    trainer_args_override: list[str] | None = None
     trainer_args_cleared: bool = False
     now: str = "1970-01-01T00:00:00Z"
     # Makes generated key material reproducible (the MPI SSH key): `trainer render` sets it from the
@@ -256,7 +254,3 @@ class ValidationContext:
     info: Info | None
     facts: Facts
     warnings: list[str] = field(default_factory=list)
-
-
-def errors_or_none(errors: list[FieldError]) -> list[FieldError] | None:
-    return errors or None

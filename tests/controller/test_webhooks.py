@@ -1,0 +1,90 @@
+"""The admission webhooks read the cache on the event loop, the only thread that changes it.
+
+kopf runs a plain-function handler in a thread pool; the watch handlers change the cache on the
+loop meanwhile, so a validator in a thread could read a dict in the middle of a change. The
+requests here go through kopf's own admission entry point, as its webhook server calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import kopf
+import pytest
+from kopf._cogs.structs import ephemera, references
+from kopf._core.engines import admission
+from kopf._core.engines.indexing import OperatorIndexers
+from kopf._core.reactor.inventory import ResourceMemories
+
+from trainer.admission import admit as admit_module
+from trainer.api import constants as c
+from trainer.api.objects import Obj
+from trainer.controller.config import Configuration
+from trainer.controller.operator import Operator
+
+TRAINJOB: Obj = {
+    "apiVersion": f"{c.GROUP}/v1alpha1",
+    "kind": "TrainJob",
+    "metadata": {"name": "tj", "namespace": "default", "uid": "u-1"},
+    "spec": {"runtimeRef": {"name": "torch-distributed"}},
+}
+
+
+async def _review(operator: Operator, obj: Obj) -> Any:
+    settings = kopf.OperatorSettings()
+    registry = operator.registry()
+    insights = references.Insights()
+    insights.webhook_resources.add(
+        references.Resource(group=c.GROUP, version="v1alpha1", plural="trainjobs", namespaced=True)
+    )
+    request = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "r-1",
+            "resource": {"group": c.GROUP, "version": "v1alpha1", "resource": "trainjobs"},
+            "operation": "CREATE",
+            "userInfo": {"username": "someone"},
+            "object": obj,
+        },
+    }
+    return await admission.serve_admission_request(
+        request,  # type: ignore[arg-type]  # kopf's TypedDict of the same shape
+        settings=settings,
+        registry=registry,
+        insights=insights,
+        memories=ResourceMemories(),
+        memobase=ephemera.AnyMemo(kopf.Memo()),
+        indices=OperatorIndexers().indices,
+    )
+
+
+def test_the_webhooks_run_on_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    operator = Operator(Configuration())
+    threads: dict[str, int] = {}
+    admit, default_object = admit_module.admit, admit_module.default_object
+
+    def recording_admit(*args: Any, **kwargs: Any) -> Any:
+        threads["validator"] = threading.get_ident()
+        return admit(*args, **kwargs)
+
+    def recording_default(*args: Any, **kwargs: Any) -> Any:
+        threads["defaulter"] = threading.get_ident()
+        return default_object(*args, **kwargs)
+
+    monkeypatch.setattr(admit_module, "admit", recording_admit)
+    monkeypatch.setattr(admit_module, "default_object", recording_default)
+
+    async def main() -> Any:
+        threads["loop"] = threading.get_ident()
+        return await _review(operator, TRAINJOB)
+
+    response = asyncio.run(main())
+    assert set(threads) == {"loop", "validator", "defaulter"}, response
+    assert threads["validator"] == threads["loop"], "the validator reads the cache off the loop"
+    assert threads["defaulter"] == threads["loop"]
+    # The review itself still works: the runtime is unknown to the empty cache, so it is refused.
+    assert response["response"]["allowed"] is False, response
+    assert "torch-distributed" in response["response"]["status"]["message"], response
