@@ -104,7 +104,8 @@ class Tracker:
         pending: list[int] = []
         for index in [*self.in_flight, *range(self.seen, end)]:
             r = records[index]
-            if r.verb != "create":
+            # The operator creates a JobSet by server-side apply: a patch answered 201.
+            if r.verb != "create" and (r.verb, r.resource) != ("patch", "jobsets"):
                 continue
             if r.status == 0:
                 pending.append(index)
@@ -112,7 +113,7 @@ class Tracker:
                 continue
             elif r.resource == "trainjobs" and r.user == SUBMITTER:
                 self.created[r.name] = (r.time, index)
-            elif r.resource == "jobsets" and r.user == OPERATOR_USER:
+            elif r.resource == "jobsets" and r.user == OPERATOR_USER and r.status == 201:
                 self.jobset.setdefault(r.name, (r.time, index))
         self.in_flight = pending
         self.seen = end

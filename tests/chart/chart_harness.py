@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -451,10 +452,14 @@ def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
     # What the operator created, while it all exists (for the ownerReference permissions).
     kinds = [("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Event"), (JOBSET_API, "JobSet")]
     kinds += [(api, "PodGroup") for api in PODGROUP_APIS.values()]
+    # Its creates, and its server-side applies that created (a patch answered 201), each under the
+    # field manager it named, else the one its user agent makes.
     managers = {
-        r.user_agent.split("/")[0]
+        urllib.parse.parse_qs(urllib.parse.urlsplit(r.path).query).get(
+            "fieldManager", [r.user_agent.split("/")[0]]
+        )[0]
         for r in list(server.audit.records)
-        if r.user == operator_user and r.verb == "create"
+        if r.user == operator_user and (r.verb == "create" or (r.verb == "patch" and r.status == 201))
     }
     created = [
         o

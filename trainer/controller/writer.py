@@ -3,7 +3,13 @@
 Servers and other controllers add defaults to what we write (JobSet's webhook fills in its
 spec, the API server adds metadata), so "the same" means: every field we own, as we want it, is
 present in what is observed. A reconcile that finds the world as it should be writes nothing.
-Writes are plain creates and JSON merge patches of the fields we own.
+
+What differs is written with server-side apply under one field manager, ``trainer`` (upstream's
+name too), forced as controllers do: we send the whole object we want, the API server merges it
+with the object as it is, and the fields others set that we do not (a node selector or toleration
+Kueue puts on a suspended JobSet's pod template, what a webhook defaulted) stay; a field we set
+once and want no longer goes. ConfigMaps and Secrets are created with a plain create instead (see
+``Writer.create``). The TrainJob status is a merge patch with the TrainJob's resourceVersion.
 """
 
 from __future__ import annotations
@@ -12,10 +18,14 @@ from dataclasses import dataclass, field
 
 from trainer.api.objects import Obj
 from trainer.controller.cache import Cache
-from trainer.controller.client import STATUS, ApiClient, ApiError
-from trainer.controller.resources import TRAINJOBS, resource_of
+from trainer.controller.client import STATUS, ApiClient, ApiError, ResourceType
+from trainer.controller.resources import TRAINJOBS, WATCHED, resource_of
 
-_SERVER_OWNED_TOP = ("apiVersion", "kind", "metadata", "status")
+FIELD_MANAGER = "trainer"
+# Kinds we watch through our label selector: one that exists without our label (made by hand, or
+# by upstream's operator) never reaches the cache, and what it holds was fixed when it was made (an
+# SSH key pair, the runtime snapshot), so a create must fail on it rather than apply over it.
+_CREATE_ONLY = frozenset((r.api_version, r.kind) for r in WATCHED if r.labelled)
 
 
 def contains(observed: object, desired: object) -> bool:
@@ -37,54 +47,6 @@ def contains(observed: object, desired: object) -> bool:
     if isinstance(desired, bool) or isinstance(observed, bool):
         return observed is desired
     return bool(observed == desired)
-
-
-def patch_for(observed: Obj, desired: Obj) -> Obj:
-    """A merge patch that sets the fields we own: our metadata, and each field of ours that differs.
-
-    A JSON merge patch replaces a list whole, and what others added inside one is then lost.
-    JobSet's webhook defaults fields inside ``replicatedJobs`` on create only (``completionMode``,
-    the pod ``restartPolicy``), and refuses any later change to ``replicatedJobs`` outside a few
-    pod-template fields: resending the whole ``spec`` to flip ``suspend`` was refused (422), so a
-    suspended TrainJob never resumed on a real cluster. So maps are patched key by key, only where
-    they differ, and a list that does differ is sent with each item laid over the observed item it
-    replaces.
-    """
-    meta = desired.get("metadata") or {}
-    patch: Obj = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
-    for key, value in desired.items():
-        if key not in _SERVER_OWNED_TOP and not contains(observed.get(key), value):
-            patch[key] = _difference(observed.get(key), value)
-    return patch
-
-
-def _difference(observed: object, desired: object) -> object:
-    """The merge patch of one field whose observed value does not contain the desired one."""
-    if isinstance(desired, dict) and isinstance(observed, dict):
-        return {
-            k: _difference(observed.get(k), v) for k, v in desired.items() if not contains(observed.get(k), v)
-        }
-    return _overlay(observed, desired)
-
-
-def _overlay(observed: object, desired: object) -> object:
-    """``desired`` laid over ``observed``: the fields others added stay, ours win."""
-    if isinstance(desired, dict):
-        merged = dict(observed) if isinstance(observed, dict) else {}
-        merged.update({k: _overlay(merged.get(k), v) for k, v in desired.items()})
-        return merged
-    if isinstance(desired, list):
-        items = observed if isinstance(observed, list) else []
-        return [_overlay(_counterpart(items, i, item), item) for i, item in enumerate(desired)]
-    return desired
-
-
-def _counterpart(observed: list[object], index: int, item: object) -> object:
-    """The observed item a desired one replaces: the one with its name, else the one in its place
-    (a named item whose name is new has none: it must not inherit another item's fields)."""
-    if isinstance(item, dict) and "name" in item:
-        return next((o for o in observed if isinstance(o, dict) and o.get("name") == item["name"]), None)
-    return observed[index] if index < len(observed) else None
 
 
 def status_patch(current: Obj | None, desired: Obj | None) -> Obj | None:
@@ -120,14 +82,14 @@ class Writer:
             )
             if observed is None:
                 try:
-                    stored = await self.client.create(rtype, meta.get("namespace"), obj)
+                    stored = await self.create(rtype, obj)
                 except ApiError as exc:
                     if exc.code != 409:
                         raise
                     # The object exists but our cache lacks it: the watch is behind, or it is one
                     # our label-selected watches never see (made by hand, or by another operator).
                     # Read it once (LIST by name: the rights we already hold), so the next
-                    # reconcile judges it: ours gets our label by patch, a foreign snapshot is
+                    # reconcile judges it: ours gets our label by apply, a foreign snapshot is
                     # refused on status, an existing SSH Secret is used.
                     found = await self.client.list(
                         rtype, meta.get("namespace"), field_selector=f"metadata.name={meta['name']}"
@@ -140,11 +102,30 @@ class Writer:
                 continue
             if obj["kind"] == "Secret" or contains(observed, obj):
                 continue  # Secrets we own are immutable; anything else already matches
-            stored = await self.client.patch(
-                rtype, meta.get("namespace"), meta["name"], patch_for(observed, obj)
+            # Forced: a field another manager took (Kueue resuming a JobSet itself) is ours again.
+            stored = await self.client.apply(
+                rtype, meta.get("namespace"), obj, field_manager=FIELD_MANAGER, force=True
             )
             self.cache.observe(_with_kind(stored, obj))
             report.patched.append(obj)
+
+    async def create(self, rtype: ResourceType, obj: Obj) -> Obj:
+        """Create ``obj``; 409 when an object of its name exists that this must not overwrite.
+
+        JobSets and PodGroups are created by an unforced apply, so that the fields we set are ours
+        to change and remove later (a plain create would leave them owned by an ``Update`` entry,
+        and a node selector we stop wanting would stay). Their watches see every object, so one
+        missing from the cache is only a watch running behind, and applying what we want over it
+        is harmless; one another manager wrote with other values is a conflict (409), which the
+        caller treats as a create's AlreadyExists. The API server asks ``create`` as well as
+        ``patch`` of an apply that creates. ConfigMaps and Secrets are created by a plain create
+        under the same manager name (see ``_CREATE_ONLY``): an SSH Secret is never re-keyed, a
+        snapshot never rewritten.
+        """
+        namespace = obj["metadata"].get("namespace")
+        if (obj["apiVersion"], obj["kind"]) in _CREATE_ONLY:
+            return await self.client.create(rtype, namespace, obj, field_manager=FIELD_MANAGER)
+        return await self.client.apply(rtype, namespace, obj, field_manager=FIELD_MANAGER, force=False)
 
     async def delete(self, kind: str, namespace: str, name: str, report: WriteReport) -> None:
         observed = self.cache.get(kind, namespace, name)

@@ -98,7 +98,7 @@ def _flatten_value(value: Any, view: SchemaView, node: Schema, path: Path, out: 
                 out[path] = []
             item_node = view.items(node)
             for item in value:
-                ipath = (*path, item_key(item, keys))
+                ipath = (*path, item_key(item, keys, view, item_node))
                 out[ipath] = ITEM
                 for k, v in item.items():
                     if v is not None:
@@ -107,8 +107,23 @@ def _flatten_value(value: Any, view: SchemaView, node: Schema, path: Path, out: 
     out[path] = value
 
 
-def item_key(item: dict[str, Any], keys: list[str]) -> str:
-    return "k:" + json.dumps({k: item.get(k) for k in keys if item.get(k) is not None}, separators=(",", ":"))
+def item_key(
+    item: dict[str, Any], keys: list[str], view: SchemaView | None = None, item_node: Schema | None = None
+) -> str:
+    """The ``k:`` element naming a list-map item.
+
+    A key field the item leaves out counts with its schema default, as the real server matches
+    items: a container port applied without ``protocol`` is the stored ``TCP`` one, not a second
+    port (the defaulted field itself stays unowned).
+    """
+    values = {}
+    for key in keys:
+        value = item.get(key)
+        if value is None and view is not None and item_node is not None:
+            value = (view.field(item_node, key) or {}).get("default")
+        if value is not None:
+            values[key] = value
+    return "k:" + json.dumps(values, separators=(",", ":"))
 
 
 # -- FieldsV1 encoding ------------------------------------------------------------------------
@@ -375,9 +390,9 @@ def _merge_value(live: Any, value: Any, view: SchemaView, node: Schema) -> Any:
         if lt == "map" and keys and all(isinstance(v, dict) for v in value + live):
             item_node = view.items(node)
             merged = list(live)
-            index = {item_key(item, keys): i for i, item in enumerate(merged)}
+            index = {item_key(item, keys, view, item_node): i for i, item in enumerate(merged)}
             for item in value:
-                k = item_key(item, keys)
+                k = item_key(item, keys, view, item_node)
                 if k in index:
                     merged[index[k]] = _merge_value(merged[index[k]], item, view, item_node)
                 else:

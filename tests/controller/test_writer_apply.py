@@ -1,0 +1,182 @@
+"""The writer's requests: server-side apply under one field manager, plain creates where a create
+must never overwrite, and nothing at all when the cluster already holds what we want."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+import pytest
+
+from trainer.api.objects import Obj
+from trainer.controller.cache import Cache
+from trainer.controller.client import ApiError, ResourceType
+from trainer.controller.writer import FIELD_MANAGER, StaleCache, Writer, WriteReport
+
+OWNER = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tj", "uid": "u1"}
+
+
+def _meta(name: str) -> Obj:
+    return {
+        "name": name,
+        "namespace": "ns",
+        "labels": {"trainer.kubeflow.org/trainjob-name": "tj"},
+        "ownerReferences": [{**OWNER, "controller": True}],
+    }
+
+
+def _jobset(suspend: bool) -> Obj:
+    pod = {"containers": [{"name": "node", "image": "img"}]}
+    job = {"name": "node", "template": {"spec": {"template": {"spec": pod}}}}
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": _meta("tj"),
+        "spec": {"suspend": suspend, "replicatedJobs": [job]},
+    }
+
+
+SECRET: Obj = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": _meta("tj-mpi-ssh-auth"),
+    "immutable": True,
+    "data": {"ssh-privatekey": "a2V5"},
+}
+CONFIGMAP: Obj = {
+    "apiVersion": "v1",
+    "kind": "ConfigMap",
+    "metadata": _meta("tj-runtime-snapshot"),
+    "data": {},
+}
+PODGROUP: Obj = {
+    "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+    "kind": "PodGroup",
+    "metadata": _meta("tj"),
+    "spec": {"minMember": 2},
+}
+
+
+class RecordingClient:
+    """Answers as an API server would, and records each request."""
+
+    def __init__(self, refuse: ApiError | None = None, existing: list[Obj] | None = None) -> None:
+        self.calls: list[tuple[str, str, dict[str, Any]]] = []
+        self.refuse = refuse
+        self.existing = existing or []
+
+    def _stored(self, obj: Obj) -> Obj:
+        stored = copy.deepcopy(obj)
+        stored["metadata"]["resourceVersion"] = str(len(self.calls))
+        return stored
+
+    async def create(self, rtype: ResourceType, namespace: str | None, obj: Obj, **kwargs: Any) -> Obj:
+        self.calls.append(("create", obj["kind"], kwargs))
+        if self.refuse is not None:
+            raise self.refuse
+        return self._stored(obj)
+
+    async def apply(self, rtype: ResourceType, namespace: str | None, obj: Obj, **kwargs: Any) -> Obj:
+        self.calls.append(("apply", obj["kind"], {**kwargs, "body": copy.deepcopy(obj)}))
+        if self.refuse is not None:
+            raise self.refuse
+        return self._stored(obj)
+
+    async def list(self, rtype: ResourceType, namespace: str | None = None, **kwargs: Any) -> Obj:
+        self.calls.append(("list", rtype.plural, kwargs))
+        return {"items": copy.deepcopy(self.existing)}
+
+
+def _write(client: RecordingClient, cache: Cache, desired: list[Obj]) -> WriteReport:
+    report = WriteReport()
+    writer = Writer(client, cache)  # type: ignore[arg-type]
+    asyncio.run(writer.apply(copy.deepcopy(desired), report))
+    return report
+
+
+def test_jobsets_and_podgroups_are_created_by_an_unforced_apply_configmaps_and_secrets_by_a_create() -> None:
+    client = RecordingClient()
+    report = _write(client, Cache(), [CONFIGMAP, SECRET, _jobset(True), PODGROUP])
+    assert [(verb, kind) for verb, kind, _ in client.calls] == [
+        ("create", "ConfigMap"),
+        ("create", "Secret"),
+        ("apply", "JobSet"),
+        ("apply", "PodGroup"),
+    ]
+    for verb, _, kwargs in client.calls:
+        assert kwargs["field_manager"] == FIELD_MANAGER == "trainer"
+        if verb == "apply":
+            assert kwargs["force"] is False
+    assert len(report.created) == 4
+
+
+def test_a_difference_is_applied_forced_with_the_whole_object_and_a_match_writes_nothing() -> None:
+    cache = Cache()
+    observed = _jobset(True)
+    observed["metadata"]["resourceVersion"] = "7"
+    pod = observed["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["nodeSelector"] = {"pool": "spot"}  # another manager's, and what servers default
+    pod["restartPolicy"] = "OnFailure"
+    cache.observe(observed)
+
+    client = RecordingClient()
+    assert _write(client, cache, [_jobset(True)]).patched == []
+    assert client.calls == [], "compare first: what is contained is not written"
+
+    report = _write(client, cache, [_jobset(False)])
+    assert [(verb, kind) for verb, kind, _ in client.calls] == [("apply", "JobSet")]
+    sent = client.calls[0][2]
+    assert sent["force"] is True
+    assert sent["body"] == _jobset(False), "the whole object we want, and nothing of others'"
+    assert report.patched == [_jobset(False)]
+
+
+def test_a_secret_is_never_rewritten() -> None:
+    cache = Cache()
+    cache.observe({**copy.deepcopy(SECRET), "data": {"ssh-privatekey": "b3RoZXI="}})
+    client = RecordingClient()
+    _write(client, cache, [SECRET])
+    assert client.calls == []
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"), [(SECRET, "AlreadyExists"), (_jobset(True), "Conflict")], ids=["create", "apply"]
+)
+def test_a_create_that_meets_an_object_reads_it_once(obj: Obj, reason: str) -> None:
+    """A plain create's AlreadyExists and an unforced apply's conflict with another manager alike."""
+    existing = {**copy.deepcopy(obj), "metadata": {"name": obj["metadata"]["name"], "namespace": "ns"}}
+    client = RecordingClient(refuse=ApiError(409, {"reason": reason}), existing=[existing])
+    cache = Cache()
+    with pytest.raises(StaleCache):
+        _write(client, cache, [obj])
+    assert [verb for verb, _, _ in client.calls] == ["create" if obj is SECRET else "apply", "list"]
+    assert cache.get(obj["kind"], "ns", obj["metadata"]["name"]) is not None
+
+
+def test_an_apply_that_creates_asks_for_create_as_well_as_patch() -> None:
+    """The audit log says patch; a real API server also wants create (403 without it)."""
+    from trainer_sandbox.apiserver.audit import AuditRecord
+
+    from trainer.controller import rbac_audit
+
+    def record(status: int) -> AuditRecord:
+        return AuditRecord(
+            "op",
+            "patch",
+            "jobset.x-k8s.io",
+            "v1alpha2",
+            "jobsets",
+            "",
+            "ns",
+            "tj",
+            "PATCH",
+            "/",
+            status=status,
+        )
+
+    assert rbac_audit.permissions_from_audit([record(201)], "op") == {
+        ("jobset.x-k8s.io", "jobsets", "patch"),
+        ("jobset.x-k8s.io", "jobsets", "create"),
+    }
+    assert rbac_audit.permissions_from_audit([record(200)], "op") == {("jobset.x-k8s.io", "jobsets", "patch")}
