@@ -241,7 +241,8 @@ def test_the_operator_does_not_load_the_official_client(tmp_path: Path) -> None:
         "import site, sys; site.addsitedir(sys.argv.pop(1)); import kopf; "
         "import trainer.controller.main; from trainer.controller.config import load; "
         "from trainer.controller.operator import Operator, login; "
-        f"login({str(path)!r}); operator = Operator(load(None)); operator.registry(); "
+        f"import asyncio; asyncio.run(login({str(path)!r})); operator = Operator(load(None)); "
+        "operator.registry(); "
         "operator.configure(kopf.OperatorSettings()); "
         "import importlib.util; print(importlib.util.find_spec('kubernetes') is None, 'kubernetes' in sys.modules)"
     )

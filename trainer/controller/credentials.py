@@ -6,41 +6,208 @@ use for the official ``kubernetes`` client, whose import costs about 40 MiB of i
 user's ``auth-provider`` (gcp and azure, removed from client-go in Kubernetes 1.26; oidc,
 deprecated) is refused, naming the exec plugins that replace them.
 
-The credentials are read once, at start-up; an exec plugin's ``expirationTimestamp`` is passed on.
+Credentials do not last: :class:`Credentials` keeps them fresh while the operator runs, as
+client-go does. A token read from a file (the projected service-account token the kubelet rotates,
+a kubeconfig's ``tokenFile``) is read again every minute; an exec plugin is run again when what it
+printed expires (its ``expirationTimestamp``); and whatever the source, the credentials are fetched
+again when the API server answers 401 (a token revoked, or expired early). The server, its CA and
+``proxy-url`` (an ``http://`` proxy; other schemes are refused) are read once, at start-up.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
-from datetime import datetime
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import kopf
 
 from trainer.api.objects import Obj
 
+logger = logging.getLogger("trainer.credentials")
+
 SERVICE_ACCOUNT = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+REREAD_SECONDS = 60.0  # a token file is read again this often (client-go's CachedFileTokenSource)
+EXPIRY_MARGIN = 10.0  # expiring credentials are fetched again this long before they expire (at most)
+RETRY_SECONDS = 1.0  # after a failed fetch, none is tried again for this long
 
 
 class CredentialsError(Exception):
-    """No usable credentials; the message says where they were looked for."""
+    """No usable credentials; the message says where they were looked for (and never holds a token)."""
 
 
-def login(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
+@dataclass(frozen=True)
+class Loaded:
+    """Credentials as one source gave them; ``reread``: their token came from a file, read again
+    every minute (an exec plugin is run again only on expiry or a 401)."""
+
+    info: kopf.ConnectionInfo
+    reread: bool = False
+
+
+def source(kubeconfig: str | None = None, service_account: Path | None = None) -> Callable[[], Loaded]:
+    """Where the credentials come from, chosen once: an explicit kubeconfig, else in-cluster, else
+    ``KUBECONFIG`` (or ``~/.kube/config``). Calling the result reads them (again).
+
+    ``service_account`` is the directory of the in-cluster token, CA and namespace files
+    (:data:`SERVICE_ACCOUNT` when not given, read when called: a test may point it elsewhere).
+    """
+    service_account = service_account or SERVICE_ACCOUNT
     if kubeconfig:
-        return from_kubeconfig([kubeconfig])
-    in_cluster = from_service_account()
-    if in_cluster is not None:
+        paths = [kubeconfig]
+    elif from_service_account(service_account) is not None:
+
+        def in_cluster() -> Loaded:
+            try:
+                info = from_service_account(service_account)
+            except OSError as exc:
+                raise CredentialsError(f"the service-account token: {exc}") from None
+            if info is None:
+                raise CredentialsError(f"the service-account token {service_account / 'token'} is gone")
+            return Loaded(info, reread=True)
+
         return in_cluster
-    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
-    if not paths and Path("~/.kube/config").expanduser().exists():
-        paths = ["~/.kube/config"]
-    if not paths:
-        raise CredentialsError("not in a cluster, and neither KUBECONFIG nor ~/.kube/config is set")
-    return from_kubeconfig(paths)
+    else:
+        paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+        if not paths and Path("~/.kube/config").expanduser().exists():
+            paths = ["~/.kube/config"]
+        if not paths:
+            raise CredentialsError("not in a cluster, and neither KUBECONFIG nor ~/.kube/config is set")
+    return lambda: _load_kubeconfig(paths)
 
 
-def from_service_account(root: Path = SERVICE_ACCOUNT) -> kopf.ConnectionInfo | None:
+def login(kubeconfig: str | None = None, service_account: Path | None = None) -> kopf.ConnectionInfo:
+    """The credentials, read once (:class:`Credentials` keeps them fresh)."""
+    return source(kubeconfig, service_account)().info
+
+
+class Credentials:
+    """The operator's credentials, fetched again when they expire, when a token file's minute is
+    up, and when the API server refuses them (:meth:`refresh`, on a 401).
+
+    One fetch at a time: the requests that meet a 401 together share the one fetch it causes,
+    and a request refused with credentials already replaced just uses the new ones. A fetch that
+    fails keeps the credentials held (a request with them then meets its 401) and is not tried again
+    for a second; its message, logged once, names the source and never a token.
+    """
+
+    def __init__(self, load: Callable[[], Loaded], clock: Callable[[], float] = time.time) -> None:
+        self._load_fn = load
+        self.clock = clock
+        self._info: kopf.ConnectionInfo | None = None
+        self._fetched = 0.0
+        self._reread_at: float | None = None  # when a token file is read again
+        self._not_before = 0.0  # no fetch before this, after a failed one
+        self._lock = asyncio.Lock()
+        self._given_to_kopf: kopf.ConnectionInfo | None = None
+        self.fetches = 0  # fetches that succeeded, the first included
+        self.failures = 0
+
+    @classmethod
+    def of(cls, kubeconfig: str | None = None, service_account: Path | None = None) -> Credentials:
+        return cls(source(kubeconfig, service_account))
+
+    @property
+    def info(self) -> kopf.ConnectionInfo:
+        """The credentials held now (as last fetched: :meth:`current` fetches them when due)."""
+        if self._info is None:
+            raise CredentialsError("no credentials fetched yet")
+        return self._info
+
+    def _due(self) -> bool:
+        if self._info is None:
+            return True
+        now = self.clock()
+        if now < self._not_before:
+            return False
+        if self._reread_at is not None and now >= self._reread_at:
+            return True
+        expiration = self._info.expiration
+        if expiration is None:
+            return False
+        if expiration.tzinfo is None:  # a naive time is UTC, as kopf takes it
+            expiration = expiration.replace(tzinfo=UTC)
+        expires = expiration.timestamp()
+        margin = min(EXPIRY_MARGIN, max(0.0, expires - self._fetched) / 2)
+        return now >= expires - margin
+
+    async def current(self) -> kopf.ConnectionInfo:
+        """The credentials for the next request, fetched again first when they are due.
+
+        Raises CredentialsError only when there are none at all (the first fetch failed); a later
+        failure is logged and the credentials held are returned.
+        """
+        if self._due():
+            held = self._info
+            try:
+                await self._fetch(held, forced=False)
+            except CredentialsError:
+                if self._info is None:
+                    raise
+        return self.info
+
+    async def refresh(self, rejected: kopf.ConnectionInfo) -> bool:
+        """The API server refused ``rejected`` (401): fetch new credentials, unless that was done
+        since. True if the credentials held now differ from ``rejected`` (worth a retry)."""
+        with contextlib.suppress(CredentialsError):  # logged; the caller's request meets its 401
+            await self._fetch(rejected, forced=True)
+        return self._info is not None and self._info != rejected
+
+    async def for_kopf(self) -> kopf.ConnectionInfo:
+        """For kopf's login handler. kopf asks again only when what it was given expired or was
+        refused (401): then new credentials are fetched, and if none differ from those, the
+        CredentialsError says so (kopf would refuse them and stop; it retries a failed login)."""
+        given = self._given_to_kopf
+        if given is None:
+            info = await self.current()
+        else:
+            await self._fetch(given, forced=True)
+            info = self.info
+            if info == given:
+                raise CredentialsError(
+                    "the credentials expired or were refused (401), and no others could be fetched yet"
+                )
+        self._given_to_kopf = info
+        return info
+
+    async def _fetch(self, held: kopf.ConnectionInfo | None, *, forced: bool) -> None:
+        async with self._lock:
+            if self._info is not held:
+                return  # fetched by another request meanwhile
+            if self.clock() < self._not_before or (not forced and not self._due()):
+                if held is None:
+                    raise CredentialsError("fetching credentials failed a moment ago")
+                return
+            try:
+                # A plugin may take seconds (it may ask a cloud's token service): off the loop.
+                loaded = await asyncio.to_thread(self._load_fn)
+            except CredentialsError as exc:
+                self.failures += 1
+                self._not_before = self.clock() + RETRY_SECONDS
+                if held is not None:
+                    logger.warning("fetching new credentials failed, keeping the ones held: %s", exc)
+                raise
+            now = self.clock()
+            self.fetches += 1
+            self._fetched = now
+            self._reread_at = now + REREAD_SECONDS if loaded.reread else None
+            # Unchanged credentials stay the same object: clients keep their TLS context.
+            self._info = held if held is not None and loaded.info == held else loaded.info
+            if held is not None and self._info is not held:
+                why = "the ones held were refused (401)" if forced else "the ones held expired or changed"
+                logger.info("new credentials fetched: %s", why)
+            if self._due():  # expired on arrival: do not fetch again at once
+                self._not_before = now + RETRY_SECONDS
+
+
+def from_service_account(root: Path | None = None) -> kopf.ConnectionInfo | None:
+    root = root or SERVICE_ACCOUNT
     host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT")
     token_path = root / "token"
     if not host or not port or not token_path.exists():
@@ -58,8 +225,7 @@ def from_service_account(root: Path = SERVICE_ACCOUNT) -> kopf.ConnectionInfo | 
     )
 
 
-def from_kubeconfig(paths: list[str]) -> kopf.ConnectionInfo:
-    """The current context of the merged kubeconfig files (the first file to set a name wins)."""
+def _load_kubeconfig(paths: list[str]) -> Loaded:
     import yaml
 
     current: str | None = None
@@ -90,6 +256,7 @@ def from_kubeconfig(paths: list[str]) -> kopf.ConnectionInfo:
     server = cluster.get("server")
     if not isinstance(server, str) or not server:
         raise CredentialsError(f"kubeconfig: cluster {context['cluster']!r} has no server")
+    proxy = _proxy_url(cluster, f"kubeconfig {', '.join(paths)}: clusters[{context['cluster']!r}].cluster")
     user, user_dir = users.get(context.get("user", ""), ({}, cluster_dir))
     where = f"kubeconfig {', '.join(paths)}: users[{context.get('user', '')!r}].user"
     if user.get("auth-provider"):
@@ -108,9 +275,14 @@ def from_kubeconfig(paths: list[str]) -> kopf.ConnectionInfo:
         return str(base / value) if value else None  # relative paths are relative to their file
 
     token = user.get("token")
-    if not token and user.get("tokenFile"):
-        token = Path(file(user["tokenFile"], user_dir) or "").read_text().strip()
-    return kopf.ConnectionInfo(
+    from_file = not token and bool(user.get("tokenFile"))
+    if from_file:
+        token_file = Path(file(user["tokenFile"], user_dir) or "")
+        try:
+            token = token_file.read_text().strip()
+        except OSError as exc:
+            raise CredentialsError(f"{where}.tokenFile: {exc.strerror}: {token_file}") from None
+    info = kopf.ConnectionInfo(
         server=server,
         ca_path=file(cluster.get("certificate-authority"), cluster_dir),
         ca_data=cluster.get("certificate-authority-data"),
@@ -124,9 +296,32 @@ def from_kubeconfig(paths: list[str]) -> kopf.ConnectionInfo:
         scheme="Bearer" if token else None,
         token=token,
         default_namespace=context.get("namespace"),
-        proxy_url=cluster.get("proxy-url"),
+        proxy_url=proxy,
         expiration=expiration,
     )
+    return Loaded(info, reread=from_file)
+
+
+def _proxy_url(cluster: Obj, where: str) -> str | None:
+    """A cluster's ``proxy-url``: an ``http://`` proxy, which the API server is reached through
+    (HTTP CONNECT). client-go also takes https and socks5 proxies; aiohttp, which the operator and
+    kopf talk through, does not (socks5), or not for certain (TLS to the proxy): those are refused."""
+    from urllib.parse import urlsplit
+
+    url = cluster.get("proxy-url")
+    if url is None or url == "":
+        return None
+    if not isinstance(url, str):
+        raise CredentialsError(f"{where}.proxy-url: must be a string")
+    parts = urlsplit(url)  # the messages never quote the URL: it may carry a password
+    if parts.scheme in ("https", "socks5", "socks5h"):
+        raise CredentialsError(
+            f"{where}.proxy-url: {parts.scheme} proxies are not supported; use an http:// proxy "
+            "(HTTP CONNECT), e.g. http://proxy.example:3128"
+        )
+    if parts.scheme != "http" or not parts.hostname:
+        raise CredentialsError(f"{where}.proxy-url: not an http:// URL (e.g. http://proxy.example:3128)")
+    return url
 
 
 # --- credential plugins: client-go's ExecCredential protocol ---
