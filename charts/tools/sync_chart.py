@@ -159,6 +159,10 @@ Version {chart["version"]}, appVersion {chart["appVersion"]}, Kubernetes {chart[
   chart and kept on `helm uninstall`.
 - The operator: Deployment, ServiceAccount, ClusterRole (exactly the API calls it makes), its configuration
   ConfigMap, and the Service `<release>-controller-manager` for the webhooks and the metrics.
+- Leader election: a Role and RoleBinding `<release>-leader-election` for the operator's Lease
+  (`coordination.k8s.io`, in the release namespace unless `resourceNamespace` says otherwise). `manager.replicas` may be above 1: the Lease's holder
+  reconciles, every replica serves the webhooks, health and metrics, a PodDisruptionBudget keeps one
+  replica through node drains, and a rolling upgrade hands the Lease over without two leaders at once.
 - The webhook configurations `validator.trainer.kubeflow.org` and `defaulter.trainer.kubeflow.org` with a
   serving certificate the chart generates, or cert-manager issues (`certManager.enabled`).
 - The default ClusterTrainingRuntimes (`runtimes.*`), as Helm hooks: applied after the CRDs exist, removed

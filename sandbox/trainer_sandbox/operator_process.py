@@ -17,6 +17,8 @@ where the image would, on an import of a package the operator does not declare.
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
+import json
 import os
 import shutil
 import signal
@@ -24,9 +26,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any, Protocol
 
-from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver.audit import AuditRecord
 from trainer_sandbox.apiserver.server import free_port
 
 OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
@@ -80,6 +84,26 @@ def operator_command(*args: str) -> list[str]:
     return [sys.executable, "-S", "-P", "-c", _BOOT, str(operator_site()), *args]
 
 
+def _spawn(command: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+    """Popen from one thread that lives as long as this process.
+
+    PR_SET_PDEATHSIG (``_die_with_parent``) fires when the *thread* that forked the child ends,
+    not the process: a child started from a short-lived thread (the chaos test's killer restarts
+    the operator from one) would be SIGKILLed as soon as that thread returned.
+    """
+    global _SPAWNER
+    if _SPAWNER is None:
+        _SPAWNER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="operator-spawner")
+
+    def spawn() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(command, **kwargs)
+
+    return _SPAWNER.submit(spawn).result()
+
+
+_SPAWNER: concurrent.futures.ThreadPoolExecutor | None = None
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     try:
         import ctypes
@@ -90,18 +114,36 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
+class Server(Protocol):
+    """What the child needs of a control plane: the stand-in, or the real one (``backends.Cluster``)."""
+
+    def add_user(self, name: str, groups: Iterable[str] = ()) -> object: ...
+
+    def write_kubeconfig(self, path: str | Path, user: str = ..., namespace: str | None = None) -> Path: ...
+
+    def audit_mark(self) -> int: ...
+
+    def audit_since(self, mark: int) -> list[AuditRecord]: ...
+
+
 class OperatorProcess:
-    """``trainer run`` on ``server`` with a Configuration of QPS, burst and workers; ports are free ones."""
+    """``trainer run`` on ``server`` with a Configuration of QPS, burst and workers; ports are free ones.
+
+    ``config`` adds sections to the Configuration (``{"leaderElection": {...}}``); ``namespaces``
+    are served alone (``-n``), as a test on the shared real control plane must.
+    """
 
     def __init__(
         self,
-        server: LocalAPIServer,
+        server: Server,
         workdir: Path,
         *,
         qps: float = 50.0,
         burst: int = 100,
         workers: int = 4,
         user: str = OPERATOR_USER,
+        config: Mapping[str, Any] | None = None,
+        namespaces: Sequence[str] = (),
     ) -> None:
         workdir.mkdir(parents=True, exist_ok=True)
         self.server = server
@@ -119,20 +161,24 @@ class OperatorProcess:
             "webhook: {enabled: false}\n"
             f"metrics: {{bindAddress: '127.0.0.1:{self.metrics_port}'}}\n"
             f"health: {{healthProbeBindAddress: '127.0.0.1:{free_port()}'}}\n"
+            + "".join(f"{key}: {json.dumps(value)}\n" for key, value in (config or {}).items())
         )
+        self.namespaces = tuple(namespaces)
         self.log_path = workdir / "operator.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self, timeout: float = 60) -> OperatorProcess:
         """Start the child and wait until it watches TrainJobs (its start-up LISTs are done then)."""
-        mark = len(self.server.audit.records)
+        mark = self.server.audit_mark()
         log = self.log_path.open("ab")
         log.write(f"--- start {self.starts + 1} ---\n".encode())
         log.flush()
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-        self.proc = subprocess.Popen(
-            operator_command("run", "--config", str(self.config)),
+        self.proc = _spawn(
+            operator_command(
+                "run", "--config", str(self.config), *(a for ns in self.namespaces for a in ("-n", ns))
+            ),
             env={**env, "KUBECONFIG": str(self.kubeconfig)},
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -150,7 +196,7 @@ class OperatorProcess:
     def _watching_since(self, mark: int) -> bool:
         return any(
             r.user == self.user and r.verb == "watch" and r.resource == "trainjobs"
-            for r in self.server.audit.records[mark:]
+            for r in self.server.audit_since(mark)
         )
 
     @property

@@ -82,10 +82,23 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
         for b in h.find(release.objects, "ClusterRoleBinding") + h.find(release.objects, "RoleBinding")
         if {"kind": "ServiceAccount", "name": sa_name, "namespace": h.NAMESPACE} in b["subjects"]
     ]
-    assert [(b["kind"], b["roleRef"]["kind"]) for b in bound] == [("ClusterRoleBinding", "ClusterRole")]
-    role = h.one(release.objects, "ClusterRole", bound[0]["roleRef"]["name"])
+    assert sorted((b["kind"], b["roleRef"]["kind"]) for b in bound) == [
+        ("ClusterRoleBinding", "ClusterRole"),
+        ("RoleBinding", "Role"),
+    ]
+    cluster_binding, lease_binding = sorted(bound, key=lambda b: str(b["kind"]))
+    role = h.one(release.objects, "ClusterRole", cluster_binding["roleRef"]["name"])
     granted = rbac_audit.permissions_from_rules(role["rules"])
-    used = h.operator_permissions(scenario, user)
+    used, lease_used = derive_rbac.split(h.operator_permissions(scenario, user))
+    # The leader election Lease: in the release namespace only, by a Role of exactly its calls.
+    lease_role = h.one(release.objects, "Role", lease_binding["roleRef"]["name"])
+    assert lease_role["metadata"]["namespace"] == lease_binding["metadata"]["namespace"] == h.NAMESPACE
+    assert (
+        rbac_audit.permissions_from_rules(lease_role["rules"])
+        == lease_used
+        == {("coordination.k8s.io", "leases", verb) for verb in ("create", "get", "update")}
+    )
+    assert {r.namespace for r in scenario.audit if r.user == user and r.resource == "leases"} == {h.NAMESPACE}
     missing, unused = used - granted, granted - used
     assert not missing, "the operator made calls its ClusterRole does not grant:\n" + "\n".join(
         rbac_audit.describe(missing)

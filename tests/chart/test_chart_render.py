@@ -109,11 +109,27 @@ TOGGLES: dict[str, Obj] = {
             "config": {
                 "clientConnection": {"qps": 0.5, "burst": 10},
                 "controller": {"groupKindConcurrency": {"trainJob": 10}},
+                "leaderElection": {
+                    "leaderElect": True,
+                    "resourceName": "trainer.kubeflow.org",
+                    "resourceNamespace": "",
+                    "leaseDuration": "15s",
+                    "renewDeadline": "10s",
+                    "retryPeriod": "2s",
+                },
             },
         },
         "webhook": {"failurePolicy": "Ignore"},
         "runtimes": {"defaultEnabled": False, "torchDistributed": {"enabled": True}},
     },
+    "replicas": {"manager": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 2}}},
+    "lease-elsewhere": {
+        "manager": {
+            "replicas": 2,
+            "config": {"leaderElection": {"resourceNamespace": "kube-system", "leaseDuration": "30s"}},
+        }
+    },
+    "leader-election-off": {"manager": {"config": {"leaderElection": {"leaderElect": False}}}},
 }
 
 
@@ -168,13 +184,13 @@ def test_strict_lint_is_clean(toggle: str) -> None:
     ("values", "complaint"),
     [
         ({"manager": {"replica": 1}}, "replica"),  # a typo is an error, not a silent default
-        ({"manager": {"replicas": 2}}, "replicas"),  # no leader election: never two
+        # Without leader election, two replicas would both reconcile.
+        ({"manager": {"replicas": 2, "config": {"leaderElection": {"leaderElect": False}}}}, "replicas"),
+        ({"manager": {"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}}, "minAvailable"),
+        ({"manager": {"config": {"leaderElection": {"leaseDuration": "15"}}}}, "leaseDuration"),
         ({"jobset": {"install": True}}, "install"),  # JobSet is installed separately
         ({"webhook": {"failurePolicy": "Maybe"}}, "failurePolicy"),
-        (
-            {"manager": {"config": {"leaderElection": {"leaderElect": True}}}},
-            "leaderElection",
-        ),  # upstream's, not ours
+        ({"manager": {"config": {"leaderElection": {"resourceLock": "leases"}}}}, "resourceLock"),
         ({"manager": {"config": {"metrics": {"bindAddress": "8080"}}}}, "bindAddress"),
         ({"runtimes": {"torchDistributed": {"enabled": "yes"}}}, "enabled"),
         ({"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}, "name"),
@@ -388,6 +404,58 @@ def test_operator_configuration_is_what_the_operator_reads(rendered: dict[str, l
         "args"
     ]
     assert "--log-format=plain" in args and "-vv" in args
+
+
+def test_replicas_elect_a_leader_and_one_stays_through_drains(rendered: dict[str, list[Obj]]) -> None:
+    def election(objects: list[Obj]) -> Any:
+        text = h.one(objects, "ConfigMap", "kubeflow-trainer-config")["data"]["config.yaml"]
+        return Configuration.model_validate(yaml.safe_load(text)).leader_election
+
+    # One replica by default, electing all the same (an upgrade runs two pods for a while), and no
+    # disruption budget, which would block every drain of its node.
+    default = rendered["defaults"]
+    assert h.one(default, "Deployment")["spec"]["replicas"] == 1
+    assert h.find(default, "PodDisruptionBudget") == []
+    elected = election(default)
+    assert elected.leader_elect and elected.resource_name == "trainer.kubeflow.org"
+    assert elected.resource_namespace == h.NAMESPACE
+    assert (elected.lease_duration, elected.renew_deadline, elected.retry_period) == ("15s", "10s", "2s")
+    # An upgrade starts a new pod before it stops an old one: the webhooks stay served, and the
+    # Lease keeps the two from reconciling at once.
+    strategy = h.one(default, "Deployment")["spec"]["strategy"]
+    assert strategy == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+
+    objects = rendered["replicas"]
+    deployment = h.one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 3
+    pdb = h.one(objects, "PodDisruptionBudget")
+    assert pdb["metadata"]["namespace"] == h.NAMESPACE and pdb["spec"]["minAvailable"] == 2
+    assert pdb["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert h.one(rendered["lease-elsewhere"], "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+    # The Lease's Role: in the Lease's namespace, bound to the operator's ServiceAccount.
+    for name, namespace in (("defaults", h.NAMESPACE), ("lease-elsewhere", "kube-system")):
+        objects = rendered[name]
+        assert election(objects).resource_namespace == namespace
+        role = h.one(objects, "Role", "kubeflow-trainer-leader-election")
+        binding = h.one(objects, "RoleBinding", "kubeflow-trainer-leader-election")
+        assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == namespace
+        assert role["rules"] == [
+            {
+                "apiGroups": ["coordination.k8s.io"],
+                "resources": ["leases"],
+                "verbs": ["create", "get", "update"],
+            }
+        ]
+        account = h.one(objects, "ServiceAccount")["metadata"]
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+        ]
+    assert election(rendered["lease-elsewhere"]).lease_duration_seconds == 30
+
+    off = rendered["leader-election-off"]
+    assert not election(off).leader_elect
+    assert h.find(off, "Role", "kubeflow-trainer-leader-election") == []
 
 
 def test_config_change_restarts_the_operator() -> None:

@@ -87,7 +87,9 @@ def test_documented_values_are_the_charts(path: Path) -> None:
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = {"true": True, "false": False}.get(value, "x" if value.startswith('"$') else value)
+        # As helm --set reads them: booleans and integers are typed.
+        typed: Any = int(value) if value.isdigit() else {"true": True, "false": False}.get(value, value)
+        node[last] = "x" if value.startswith('"$') else typed
     for block in blocks(path, "yaml"):
         doc = yaml.safe_load(block)
         if isinstance(doc, dict) and "kind" not in doc:  # a values file

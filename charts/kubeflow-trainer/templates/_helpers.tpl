@@ -28,6 +28,15 @@ as in upstream's chart.
 {{- printf "%s-config" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{- define "trainer.leaderElection.name" -}}
+{{- printf "%s-leader-election" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Where the leader election Lease is, and the Role that lets the operator write it. */}}
+{{- define "trainer.leaderElection.namespace" -}}
+{{- .Values.manager.config.leaderElection.resourceNamespace | default .Release.Namespace }}
+{{- end }}
+
 {{- define "trainer.webhook.secret.name" -}}
 {{- printf "%s-webhook-cert" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
@@ -123,6 +132,13 @@ metrics:
   bindAddress: {{ $c.metrics.bindAddress | quote }}
 health:
   healthProbeBindAddress: {{ $c.health.healthProbeBindAddress | quote }}
+leaderElection:
+  leaderElect: {{ $c.leaderElection.leaderElect }}
+  resourceName: {{ $c.leaderElection.resourceName | quote }}
+  resourceNamespace: {{ include "trainer.leaderElection.namespace" . | quote }}
+  leaseDuration: {{ $c.leaderElection.leaseDuration | quote }}
+  renewDeadline: {{ $c.leaderElection.renewDeadline | quote }}
+  retryPeriod: {{ $c.leaderElection.retryPeriod | quote }}
 featureGates: {{ $c.featureGates | toJson }}
 plugins:
   disabled: {{ $c.plugins.disabled | toJson }}
