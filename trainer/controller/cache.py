@@ -1,11 +1,15 @@
-"""What the operator knows of the cluster, fed by watches.
+"""What the operator knows of the cluster, fed by LIST and watch.
 
-The render core reads :class:`Facts`; the cache *is* a Facts, kept current by kopf's watch
-events and by the operator's own writes (a write's response goes in at once, so the next
-reconcile does not write the same thing again before the watch catches up).
+The render core reads :class:`Facts`; the cache *is* a Facts, kept current by the reflectors'
+listings and watch events (``controller/informer.py``) and by the operator's own writes (a
+write's response goes in at once, so the next reconcile does not write the same thing again
+before the watch catches up). A LIST replaces what the cache holds of its scope, so an object
+deleted while no watch was there to tell leaves the cache at the next LIST.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
@@ -15,10 +19,14 @@ TrainJobKey = tuple[str, str]
 
 
 def _rv(obj: Obj | None) -> int:
+    return _int((obj or {}).get("metadata", {}).get("resourceVersion")) or 0
+
+
+def _int(resource_version: object) -> int | None:
     try:
-        return int((obj or {}).get("metadata", {}).get("resourceVersion") or 0)
+        return int(str(resource_version))
     except ValueError:
-        return 0
+        return None
 
 
 class Cache(Facts):
@@ -58,6 +66,58 @@ class Cache(Facts):
 
     def trainjob(self, key: TrainJobKey) -> Obj | None:
         return self.trainjobs.get(key)
+
+    def replace(
+        self,
+        kind: str,
+        group: str,
+        namespace: str | None,
+        items: list[Obj],
+        resource_version: str,
+        *,
+        label: str | None = None,
+    ) -> tuple[list[Obj], list[Obj]]:
+        """Make a fresh LIST the truth of its scope, as an informer's relist does.
+
+        The scope is what such a LIST shows: objects of ``kind`` in API ``group``, in
+        ``namespace`` (every one when None), carrying ``label`` when the LIST selected by it.
+        Returns ``(changed, gone)``: the listed objects that are new or newer than the cached
+        ones, and the cached objects the LIST lacks, now dropped. One the LIST lacks but that is
+        newer than it (a write's response that came after the LIST was served) stays.
+        """
+        listed_at = _int(resource_version)
+        listed = {((o.get("metadata") or {}).get("namespace") or "", o["metadata"]["name"]) for o in items}
+        gone: list[Obj] = []
+        for cached in list(self._scope(kind, group, namespace)):
+            meta = cached.get("metadata") or {}
+            if label is not None and label not in (meta.get("labels") or {}):
+                continue  # read by name, outside what the LIST selects (see Writer.apply)
+            if (meta.get("namespace") or "", meta["name"]) in listed:
+                continue
+            if listed_at is not None and _rv(cached) > listed_at:
+                continue
+            self.forget(kind, meta.get("namespace"), meta["name"], group)
+            gone.append(cached)
+        changed: list[Obj] = []
+        for obj in items:
+            meta = obj["metadata"]
+            if kind == c.TRAINJOB_KIND:
+                current = self.trainjobs.get((meta.get("namespace") or "default", meta["name"]))
+            else:
+                current = self.get(kind, meta.get("namespace"), meta["name"], group=group)
+            if current is None or _rv(obj) > _rv(current):
+                changed.append(obj)
+            self.observe(obj)
+        return changed, gone
+
+    def _scope(self, kind: str, group: str, namespace: str | None) -> Iterator[Obj]:
+        found = self.trainjobs.values() if kind == c.TRAINJOB_KIND else self.of_kind(kind)
+        for obj in found:
+            if Cache.group_of(obj) != group:
+                continue
+            if namespace is not None and (obj.get("metadata") or {}).get("namespace") != namespace:
+                continue
+            yield obj
 
 
 def owner_trainjob(obj: Obj) -> TrainJobKey | None:
