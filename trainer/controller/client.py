@@ -1,10 +1,12 @@
 """A small async Kubernetes API client for the operator's writes.
 
-kopf watches; this writes. It uses the credentials kopf resolved at login (so the operator talks
-to exactly one cluster, however it was configured), keeps to a QPS and burst budget as
-client-go does, and retries what a real API server asks to be retried (429 with Retry-After,
-and 5xx) a bounded number of times. It never logs request bodies: a Secret's data must not reach
-a log line.
+kopf watches; this writes. It uses the operator's credentials, the ones kopf is given at login (so
+the operator talks to exactly one cluster, however it was configured), fetched again when they
+expire and on a 401, after which the request is made once more (``controller/credentials.py``);
+it keeps to a QPS and burst budget as client-go does, and retries what a real API server asks to
+be retried (429 with Retry-After, and 5xx, whatever the body: a proxy's 502, 503 or 504 is an HTML
+page) a bounded number of times; an answer that is not JSON is an ApiError. It never logs request
+bodies: a Secret's data must not reach a log line.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import itertools
 import json
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -25,7 +28,10 @@ from trainer.api.objects import Obj
 if TYPE_CHECKING:
     import kopf
 
+    from trainer.controller.credentials import Credentials
+
 MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
 
 
 class ApiError(Exception):
@@ -87,18 +93,20 @@ class RateLimiter:
     JobSet wait. Put off, a status write is recomputed later, several changes in one write.
     """
 
-    def __init__(self, qps: float, burst: int) -> None:
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.qps = qps
         self.burst = max(1, burst)
         self.reserve = self.burst // 5
+        # The default event loop's clock, which times the wake-ups; a test passes its virtual loop's.
+        self.clock = clock
         self.tokens = float(self.burst)
-        self.updated = time.monotonic()
+        self.updated = clock()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self._timer: asyncio.TimerHandle | None = None
 
     def _refill(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         self.tokens = min(float(self.burst), self.tokens + (now - self.updated) * self.qps)
         self.updated = now
 
@@ -134,13 +142,26 @@ class RateLimiter:
     def _release(self) -> None:
         self._timer = None
         self._refill()
-        while self._waiters and self.tokens >= 1:
+        # The timer was set for when a token is due; it may fire up to the loop's clock resolution
+        # early, and rounding may leave the token a hair short: then it is due, not re-timed.
+        while self._waiters and self.tokens >= 1 - 1e-6:
             _, _, future = heapq.heappop(self._waiters)
             if not future.done():  # a cancelled waiter takes no token
                 self.tokens -= 1
                 future.set_result(None)
         self._drop_cancelled()
         self._schedule()
+
+
+def _json_object(text: str) -> Obj | None:
+    """The body as a JSON object, ``{}`` if empty; None if it is not one (an HTML page, a list)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class ApiClient:
@@ -154,29 +175,71 @@ class ApiClient:
         burst: int = 100,
         retries: int = 5,
         user_agent: str = "trainer-operator",
+        credentials: Credentials | None = None,
+        proxy: str | None = None,
     ) -> None:
         self.server = server.rstrip("/")
-        self.headers = {"User-Agent": user_agent, "Accept": "application/json", **(headers or {})}
-        self.ssl = ssl_context
+        self._headers = {"User-Agent": user_agent, "Accept": "application/json", **(headers or {})}
+        self._ssl = ssl_context
+        self._tls_of: tuple[object, ...] | None = None  # what ``_ssl`` was made from
+        self.credentials = credentials  # None: the headers and TLS context given are used as they are
+        self.proxy = proxy  # an http:// proxy (a kubeconfig's proxy-url)
         self.limiter = RateLimiter(qps, burst)
         self.retries = retries
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0
 
     @classmethod
-    def from_connection_info(cls, info: kopf.ConnectionInfo, *, qps: float, burst: int) -> ApiClient:
-        """Build from kopf's ConnectionInfo: the same server and credentials kopf watches with."""
-        # kopf builds both exactly as its own watches do: tokens or basic auth, CA and client
-        # certificates from files or inline (base64 or PEM) data, insecure-skip-tls-verify.
-        headers: dict[str, str] = dict(info.as_http_headers())
-        context: ssl.SSLContext | bool | None = None
-        if info.server.startswith("https"):
-            context = False if info.insecure else info.as_ssl_context()
-        return cls(info.server, headers=headers, ssl_context=context, qps=qps, burst=burst)
+    def from_credentials(cls, credentials: Credentials, *, qps: float, burst: int) -> ApiClient:
+        """A client whose every request goes with the credentials held now (fetched already)."""
+        info = credentials.info
+        return cls(info.server, qps=qps, burst=burst, credentials=credentials, proxy=info.proxy_url)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The headers of the next request, the credentials held now included."""
+        if self.credentials is None:
+            return self._headers
+        return {**self._headers, **self.credentials.info.as_http_headers()}
+
+    @property
+    def ssl(self) -> ssl.SSLContext | bool | None:
+        """The TLS context of the next request: made again when the client certificate changes."""
+        if self.credentials is None:
+            return self._ssl
+        info = self.credentials.info
+        tls = (
+            info.server,
+            info.insecure,
+            info.ca_path,
+            info.ca_data,
+            info.certificate_path,
+            info.certificate_data,
+            info.private_key_path,
+            info.private_key_data,
+        )
+        if tls != self._tls_of:
+            self._tls_of = tls
+            self._ssl = None
+            if info.server.startswith("https"):
+                self._ssl = False if info.insecure else info.as_ssl_context()
+        return self._ssl
+
+    async def authenticated(self) -> kopf.ConnectionInfo | None:
+        """The credentials the next request goes with (in ``headers`` and ``ssl``), fetched again
+        first when they are due; hand them to :meth:`unauthorized` if the server answers 401."""
+        return await self.credentials.current() if self.credentials is not None else None
+
+    async def unauthorized(self, sent: kopf.ConnectionInfo | None) -> bool:
+        """The server answered 401 to a request made with ``sent``: fetch new credentials (unless
+        that was done meanwhile). True if there are other credentials to try."""
+        if self.credentials is None or sent is None:
+            return False
+        return await self.credentials.refresh(sent)
 
     async def session(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            self._session = aiohttp.ClientSession(headers=self.headers)
+            self._session = aiohttp.ClientSession(headers=self._headers, proxy=self.proxy)
         return self._session
 
     async def close(self) -> None:
@@ -193,8 +256,41 @@ class ApiClient:
         params: dict[str, str] | None = None,
         priority: int = CHILDREN,
         wait: bool = True,
+        reauthenticate: bool = True,
     ) -> Obj:
-        """One request within the budget; ``wait=False`` raises Throttled rather than queue for it."""
+        """One request within the budget; ``wait=False`` raises Throttled rather than queue for it.
+
+        A 401 fetches new credentials, and the request is made once more with them (through this
+        method again, ``reauthenticate=False``: a subclass's checks apply to it too): a token
+        expires, or is revoked, while the operator runs.
+        """
+        sent = await self.authenticated()
+        try:
+            return await self._request(method, path, body, content_type, params, priority, wait)
+        except ApiError as exc:
+            if exc.code != 401 or not reauthenticate or not await self.unauthorized(sent):
+                raise
+        return await self.request(
+            method,
+            path,
+            body,
+            content_type=content_type,
+            params=params,
+            priority=priority,
+            wait=wait,
+            reauthenticate=False,
+        )
+
+    async def _request(
+        self,
+        method: str,
+        path: str,
+        body: Obj | None,
+        content_type: str,
+        params: dict[str, str] | None,
+        priority: int,
+        wait: bool,
+    ) -> Obj:
         data = json.dumps(body).encode() if body is not None else None
         session = await self.session()
         delay = 0.2
@@ -210,23 +306,34 @@ class ApiClient:
                     self.server + path,
                     data=data,
                     params=params,
-                    headers={"Content-Type": content_type} if data is not None else None,
+                    headers=self._request_headers(content_type if data is not None else None),
                     ssl=self.ssl if self.ssl is not None else True,
                     timeout=aiohttp.ClientTimeout(total=30),
                 ) as response:
-                    text = await response.text()
-                    payload: Obj = json.loads(text) if text else {}
-                    if response.status < 400:
-                        return payload
+                    # The status first: a proxy in front of the API server (a load balancer, an
+                    # ingress) answers 502, 503 and 504 with an HTML page of its own.
                     retry_after = response.headers.get("Retry-After")
                     if (response.status == 429 or response.status >= 500) and attempt < self.retries:
                         pause = float(retry_after) if retry_after and retry_after.isdigit() else delay
                         await asyncio.sleep(min(pause, 10.0))
                         delay = min(delay * 2, 5.0)
                         continue
+                    # Bytes, decoded here: a page in an odd charset must not raise either.
+                    text = (await response.read()).decode("utf-8", errors="replace")
+                    payload = _json_object(text)
+                    if response.status < 400:
+                        if payload is None:
+                            raise ApiError(
+                                response.status,
+                                {
+                                    "reason": "InvalidResponse",
+                                    "message": f"the answer is not JSON: {text[:200]}",
+                                },
+                            )
+                        return payload
                     status = (
                         payload
-                        if payload.get("kind") == "Status"
+                        if payload is not None and payload.get("kind") == "Status"
                         else {"message": text[:500], "reason": response.reason}
                     )
                     raise ApiError(response.status, status)
@@ -237,8 +344,30 @@ class ApiClient:
                 delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
 
-    async def create(self, rtype: ResourceType, namespace: str | None, obj: Obj) -> Obj:
-        return await self.request("POST", rtype.path(namespace), obj)
+    def _request_headers(self, content_type: str | None) -> dict[str, str] | None:
+        """What a request adds to the session's headers: the credentials held now, a body's type."""
+        headers = self.credentials.info.as_http_headers() if self.credentials is not None else {}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        return headers or None
+
+    async def create(
+        self, rtype: ResourceType, namespace: str | None, obj: Obj, *, field_manager: str | None = None
+    ) -> Obj:
+        params = {"fieldManager": field_manager} if field_manager else None
+        return await self.request("POST", rtype.path(namespace), obj, params=params)
+
+    async def apply(
+        self, rtype: ResourceType, namespace: str | None, obj: Obj, *, field_manager: str, force: bool
+    ) -> Obj:
+        """Server-side apply of ``obj`` (the fields ``field_manager`` owns); creates it when absent."""
+        return await self.request(
+            "PATCH",
+            rtype.path(namespace, obj["metadata"]["name"]),
+            obj,
+            content_type=APPLY_PATCH,
+            params={"fieldManager": field_manager, "force": "true" if force else "false"},
+        )
 
     async def patch(
         self,

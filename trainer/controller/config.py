@@ -2,14 +2,16 @@
 
 Field names follow upstream's ``config.trainer.kubeflow.org/v1alpha1`` Configuration where the
 same setting exists (``clientConnection``, ``controller``, ``webhook``, ``metrics``, ``health``,
-``featureGates``), so a platform team can carry its values over; ``plugins`` is ours.
+``leaderElection``, ``featureGates``), so a platform team can carry its values over; ``plugins`` is ours.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Section(BaseModel):
@@ -26,10 +28,23 @@ class Controller(_Section):
     group_kind_concurrency: dict[str, int] = Field(
         default_factory=lambda: {"TrainJob.trainer.kubeflow.org": 4}, alias="groupKindConcurrency"
     )
+    # How often every TrainJob is reconciled though nothing was seen to change (controller-runtime's
+    # SyncPeriod, and its default): a Go duration; "0s" turns the resync off.
+    sync_period: str = Field("10h", alias="syncPeriod")
+
+    @field_validator("sync_period")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
 
     @property
     def trainjob_workers(self) -> int:
         return max(1, int(self.group_kind_concurrency.get("TrainJob.trainer.kubeflow.org", 4)))
+
+    @property
+    def sync_period_seconds(self) -> float:
+        return parse_duration(self.sync_period)
 
 
 class Webhook(_Section):
@@ -51,6 +66,52 @@ class Health(_Section):
     health_probe_bind_address: str = Field(":8081", alias="healthProbeBindAddress")
 
 
+class LeaderElection(_Section):
+    """Upstream's ``leaderElection`` (component-base's LeaderElectionConfiguration, which
+    controller-runtime reads): one replica, the holder of a ``coordination.k8s.io/v1`` Lease,
+    reconciles; every replica serves the webhooks, health and metrics. Off unless ``leaderElect``,
+    as upstream's is when the section is absent; the chart turns it on."""
+
+    leader_elect: bool = Field(False, alias="leaderElect")
+    resource_name: str = Field("trainer.kubeflow.org", alias="resourceName", min_length=1)
+    # Empty: the namespace of the operator's ServiceAccount (in a pod), else the kubeconfig context's.
+    resource_namespace: str = Field("", alias="resourceNamespace")
+    resource_lock: Literal["leases"] = Field("leases", alias="resourceLock")
+    # Go durations; client-go's (and upstream's) defaults.
+    lease_duration: str = Field("15s", alias="leaseDuration")
+    renew_deadline: str = Field("10s", alias="renewDeadline")
+    retry_period: str = Field("2s", alias="retryPeriod")
+
+    @field_validator("lease_duration", "renew_deadline", "retry_period")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) <= 0:
+            raise ValueError(f"{value!r}: a leader election duration must be above zero")
+        return value
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LeaderElection:
+        # client-go's NewLeaderElector refuses the same: the holder must give up (renewDeadline)
+        # before the others may take over (leaseDuration), and retry at least once before that.
+        if self.lease_duration_seconds <= self.renew_deadline_seconds:
+            raise ValueError("leaderElection.leaseDuration must be longer than renewDeadline")
+        if self.renew_deadline_seconds <= 1.2 * self.retry_period_seconds:
+            raise ValueError("leaderElection.renewDeadline must be longer than 1.2 x retryPeriod")
+        return self
+
+    @property
+    def lease_duration_seconds(self) -> float:
+        return parse_duration(self.lease_duration)
+
+    @property
+    def renew_deadline_seconds(self) -> float:
+        return parse_duration(self.renew_deadline)
+
+    @property
+    def retry_period_seconds(self) -> float:
+        return parse_duration(self.retry_period)
+
+
 class Plugins(_Section):
     # Built-in plugins to turn off (what the v1 operator's enable-scheme flag did for job kinds).
     disabled: list[str] = Field(default_factory=list)
@@ -66,6 +127,7 @@ class Configuration(_Section):
     webhook: Webhook = Field(default_factory=Webhook)
     metrics: Metrics = Field(default_factory=Metrics)
     health: Health = Field(default_factory=Health)
+    leader_election: LeaderElection = Field(default_factory=LeaderElection, alias="leaderElection")
     feature_gates: dict[str, bool] = Field(default_factory=dict, alias="featureGates")
     plugins: Plugins = Field(default_factory=Plugins)
 
@@ -77,6 +139,22 @@ def load(path: str | None) -> Configuration:
 
     data: object = yaml.safe_load(Path(path).read_text()) or {}
     return Configuration.model_validate(data)
+
+
+_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(value: str) -> float:
+    """Seconds in a Go duration (``time.ParseDuration``: "10h", "1h30m", "90s", "0"), never negative."""
+    text = value.strip()
+    if text in ("0", "+0"):
+        return 0.0
+    body = text.removeprefix("+")
+    parts = _DURATION_PART.findall(body)
+    if not parts or "".join(n + u for n, u in parts) != body:
+        raise ValueError(f"{value!r} is not a duration (a Go duration such as 10h, 30m or 1h30m)")
+    return sum(float(number) * _UNITS[unit] for number, unit in parts)
 
 
 def split_address(address: str, default_host: str = "0.0.0.0") -> tuple[str, int]:

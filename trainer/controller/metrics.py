@@ -7,7 +7,7 @@ a dashboard can then tell "no failures" from "no data".
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 FRAMEWORKS = ("torch", "deepspeed", "mlx", "jax", "xgboost", "torchtune", "flux", "unknown")
 
@@ -37,6 +37,14 @@ class Metrics:
             "trainer_trainjob_creation_to_jobset_seconds",
             "From a TrainJob's creation to the creation of its JobSet.",
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120),
+            registry=r,
+        )
+        # client-go's leader election metric, by the Lease's name: 1 on the replica that reconciles
+        # (the Lease's holder, or the only replica when leader election is off), 0 on the others.
+        self.leader = Gauge(
+            "leader_election_master_status",
+            "Whether this replica reconciles: it holds the leader election Lease (or runs without one).",
+            ["name"],
             registry=r,
         )
         for framework in FRAMEWORKS:

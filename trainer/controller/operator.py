@@ -1,11 +1,12 @@
-"""The kopf layer: watch, feed the cache, queue TrainJobs, serve the webhooks.
+"""The operator's I/O: list and watch, feed the cache, queue TrainJobs, serve the webhooks (kopf).
 
 Everything here is I/O glue. Decisions are made by the render core (``trainer.runtime``) and
 admission (``trainer.admission``); the reconciler writes the difference.
 
-No kopf finalizer, progress annotation, handler result in status or kopf-posted Event is used:
-the handlers are ``on.event`` (fire-and-forget, no state kept on the objects), retries and
-backoff are the work queue's, and Events are ours.
+The watches are ours (``controller/informer.py``), so that the cache behaves like an informer
+through relists; kopf runs start-up and clean-up, the login and the admission webhooks. No kopf
+finalizer, progress annotation, handler result in status or kopf-posted Event is used: no state
+is kept on the objects, retries and backoff are the work queue's, and Events are ours.
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ import asyncio
 import contextlib
 import copy
 import logging
+import random
 import tempfile
-from collections.abc import Callable, Collection, Coroutine
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
@@ -30,6 +32,9 @@ from trainer.controller.cache import Cache, owner_trainjob
 from trainer.controller.certs import CertificateReloader
 from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.config import Configuration, split_address
+from trainer.controller.credentials import Credentials, CredentialsError
+from trainer.controller.informer import Informer
+from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_wait
 from trainer.controller.metrics import Metrics
 from trainer.controller.reconciler import Reconciler, WorkQueue, utc_now
 from trainer.controller.resources import CRDS, JOBSETS, WATCHED, Resource, Role
@@ -38,7 +43,7 @@ from trainer.runtime import framework as fw
 logger = logging.getLogger("trainer.operator")
 
 JOBSET_CRD = JOBSETS.type.name
-CHILD_LABEL = {c.TRAINJOB_NAME_LABEL: kopf.PRESENT}
+LOGIN_RETRY_SECONDS = 10  # kopf tries a failed login again after this long
 
 
 class StartupError(Exception):
@@ -53,20 +58,42 @@ class Running:
     clean-up) has an ``Operator.running`` that is None, and its type says so.
     """
 
-    connection: kopf.ConnectionInfo
+    credentials: Credentials
     client: ApiClient
     recorder: events.Recorder
     reconciler: Reconciler
+    informer: Informer
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # The reconcile workers: running while this replica reconciles (always, without leader election).
+    workers: list[asyncio.Task[None]] = field(default_factory=list)
+    elector: Elector | None = None  # with leader election: starts and stops the workers
+
+    def start_workers(self, count: int) -> None:
+        if not self.workers:
+            self.workers = [
+                asyncio.create_task(self.reconciler.worker(), name=f"trainjob-worker-{i}")
+                for i in range(count)
+            ]
+
+    async def stop_workers(self) -> None:
+        """Cancel the workers mid-reconcile (an in-flight request is cut) and wait until they are gone."""
+        workers, self.workers = self.workers, []
+        await cancel_and_wait(workers)
 
     async def stop(self) -> None:
+        if self.elector is not None:
+            await self.elector.stop()  # the workers stop first, then the Lease is released
+        await self.stop_workers()
         for task in self.tasks:
             task.cancel()
         for task in self.tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.tasks.clear()
+        await self.informer.close()
         await self.recorder.stop()
+        if self.reconciler.client is not self.client:
+            await self.reconciler.client.close()
         await self.client.close()
 
 
@@ -90,6 +117,8 @@ class Operator:
     serve_metrics: bool = True
     kubeconfig: str | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    # Made at start-up (or at kopf's login, whichever comes first) and kept fresh for the clients.
+    credentials: Credentials | None = field(default=None, init=False)
     running: Running | None = field(default=None, init=False)
     tls: WebhookTLS | None = field(default=None, init=False)  # set by configure() when webhooks are on
 
@@ -109,26 +138,55 @@ class Operator:
         settings.posting.enabled = False  # our Events only, with our reasons
         settings.watching.server_timeout = 300
         settings.networking.request_timeout = 60
-        connection = login(self.kubeconfig)
+        credentials = self.credentials = self.credentials or await login(self.kubeconfig)
+        connection = credentials.info
+        election = self.config.leader_election
+        lease_namespace = election.resource_namespace or connection.default_namespace
+        if election.leader_elect and not lease_namespace:
+            raise StartupError(
+                "leaderElection.resourceNamespace is not set, and there is no namespace to default it "
+                "to (no in-cluster ServiceAccount, no namespace in the kubeconfig context)"
+            )
         budget = self.config.client_connection
-        client = ApiClient.from_connection_info(connection, qps=budget.qps, burst=budget.burst)
+        client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        informer = Informer(client, self._scopes(), self)
         try:
             await _check_prerequisites(client)
-            await self._prime(client)
+            # The start-up LIST fills the cache before any worker runs, so a restart never acts on
+            # a half-known world; each watch then starts from its LIST's resourceVersion.
+            await informer.list_all()
         except BaseException:
+            await informer.close()
             await client.close()
             raise
         # Events get a client and budget of their own, as controller-runtime's recorder does.
-        recorder = events.Recorder(
-            ApiClient.from_connection_info(connection, qps=budget.qps, burst=budget.burst)
-        )
+        events_client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        reconciler_client = client
+        elector: Elector | None = None
+        if election.leader_elect and lease_namespace:
+            elector = self._elector(credentials, lease_namespace)
+            # The reconciler and its Events write only through the fence (controller/leader.py);
+            # the watches share the reconciler's budget, not its fence.
+            reconciler_client = FencedClient.behind(elector.fence, client)
+            events_client = FencedClient.behind(elector.fence, events_client)
+        recorder = events.Recorder(events_client)
         recorder.start()
-        reconciler = Reconciler(client, self.cache, self.framework, self.metrics, recorder, self.queue)
-        self.running = running = Running(connection, client, recorder, reconciler)
+        reconciler = Reconciler(
+            reconciler_client, self.cache, self.framework, self.metrics, recorder, self.queue
+        )
+        self.running = running = Running(credentials, client, recorder, reconciler, informer, elector=elector)
         for key in list(self.cache.trainjobs):
             self.queue.add(key)
-        for i in range(self.config.controller.trainjob_workers):
-            running.tasks.append(asyncio.create_task(reconciler.worker(), name=f"trainjob-worker-{i}"))
+        if elector is None:
+            self.metrics.leader.labels(name=election.resource_name).set(1)
+            running.start_workers(self.config.controller.trainjob_workers)
+        else:
+            self.metrics.leader.labels(name=election.resource_name).set(0)
+            elector.start()
+        running.tasks.extend(informer.start())
+        period = self.config.controller.sync_period_seconds
+        if period > 0:
+            running.tasks.append(asyncio.create_task(self._resync(period), name="resync"))
         if self.serve_metrics:
             host, port = split_address(self.config.metrics.bind_address)
             self.metrics.serve(host, port)
@@ -145,32 +203,97 @@ class Operator:
             self.tls.self_signed.cleanup()
             self.tls.self_signed = None
 
-    async def _prime(self, client: ApiClient) -> None:
-        """Fill the cache before any reconcile, so a restart never acts on a half-known world."""
+    def _elector(self, credentials: Credentials, namespace: str) -> Elector:
+        """The Lease campaign: while this replica leads, the workers run; the moment it stops, they stop.
+
+        Its client is its own (a renewal never waits on the reconciler's budget) and makes one try
+        per request: the elector retries on its own schedule, within the renew deadline.
+        """
+        election = self.config.leader_election
+        budget = self.config.client_connection
+        client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        client.retries = 0
+        gauge = self.metrics.leader.labels(name=election.resource_name)
+
+        async def started() -> None:
+            running = self.running
+            if running is None:
+                return
+            # What the watches queued while following is here already; a replica that led before
+            # and lost the Lease looks at every TrainJob again, as a new leader would.
+            for key in list(self.cache.trainjobs):
+                self.queue.add(key)
+            running.start_workers(self.config.controller.trainjob_workers)
+            gauge.set(1)
+
+        async def stopped() -> None:
+            gauge.set(0)
+            if self.running is not None:
+                await self.running.stop_workers()
+
+        return Elector(
+            client,
+            namespace,
+            election.resource_name,
+            Timing(
+                lease_duration=election.lease_duration_seconds,
+                renew_deadline=election.renew_deadline_seconds,
+                retry_period=election.retry_period_seconds,
+            ),
+            on_started_leading=started,
+            on_stopped_leading=stopped,
+        )
+
+    def _scopes(self) -> list[tuple[Resource, str | None]]:
+        """What is listed and watched: each resource in each namespace served, or cluster-wide."""
         namespaces: list[str | None] = list(self.namespaces) or [None]
-        for resource in WATCHED:
-            for ns in namespaces if resource.type.namespaced else [None]:
-                try:
-                    listed = await client.list(resource.type, ns, label_selector=resource.label_selector)
-                except ApiError as exc:
-                    if exc.code == 404 and resource.optional:
-                        break  # that API (a gang scheduler) is not installed
-                    raise
-                for item in listed.get("items") or []:
-                    self.cache.observe(_typed(item, resource))
+        return [
+            (resource, ns)
+            for resource in WATCHED
+            for ns in (namespaces if resource.type.namespaced else [None])
+        ]
 
-    # --- watch events ---
+    async def _resync(self, period: float) -> None:
+        """Reconcile every TrainJob now and then, as controller-runtime's SyncPeriod does: what no
+        watch event told (a change the operator missed, a bug's leftover) is corrected. A TrainJob
+        whose world is as it should be costs no write."""
+        while True:
+            await asyncio.sleep(period * random.uniform(0.9, 1.1))  # its jitter, too
+            keys = list(self.cache.trainjobs)
+            logger.debug("resync: reconciling %d TrainJobs", len(keys))
+            for key in keys:
+                self.queue.add(key)
 
-    def on_event(self, resource: Resource, event: kopf.RawEvent) -> None:
-        """Keep the cache current and queue the TrainJobs the change concerns."""
-        # kopf types the object as its RawBody TypedDict; it is the JSON the API server sent.
-        obj = _typed(cast(Obj, event["object"]), resource)
+    # --- what the reflectors report (controller/informer.py) ---
+
+    def listed(
+        self, resource: Resource, namespace: str | None, items: list[Obj], resource_version: str
+    ) -> None:
+        """A LIST (at start-up, or after a watch the server could not resume): the cache takes it
+        as the whole truth of its scope, and the TrainJobs of what changed or vanished are queued."""
+        typed = [_typed(item, resource) for item in items]
+        label = c.TRAINJOB_NAME_LABEL if resource.labelled else None
+        changed, gone = self.cache.replace(
+            resource.kind, resource.type.group, namespace, typed, resource_version, label=label
+        )
+        for obj in gone:
+            self._concerns(resource, obj, deleted=True)
+        for obj in changed:
+            self._concerns(resource, obj, deleted=False)
+
+    def changed(self, resource: Resource, type_: str, obj: Obj) -> None:
+        """A watch event: keep the cache current and queue the TrainJobs the change concerns."""
+        obj = _typed(obj, resource)
         meta = obj["metadata"]
-        deleted = event["type"] == "DELETED"
+        deleted = type_ == "DELETED"
         if deleted:
             self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
         else:
             self.cache.observe(obj)
+        self._concerns(resource, obj, deleted=deleted)
+
+    def _concerns(self, resource: Resource, obj: Obj, *, deleted: bool) -> None:
+        meta = obj["metadata"]
         match resource.role:
             case Role.TRAINJOB:
                 if not deleted:
@@ -241,28 +364,25 @@ class Operator:
             await self.cleanup()
 
         @on.login(registry=registry)
-        def _login_handler(**_: object) -> kopf.ConnectionInfo:
-            return self.running.connection if self.running is not None else login(self.kubeconfig)
-
-        for resource in WATCHED:
-            rtype = resource.type
-            on.event(
-                rtype.group,
-                rtype.version,
-                rtype.plural,
-                labels=CHILD_LABEL if resource.labelled else None,
-                registry=registry,
-                id=rtype.name,
-            )(self._watch_handler(resource))
+        async def _login_handler(**_: object) -> kopf.ConnectionInfo:
+            # kopf logs in again when its credentials expire or meet a 401: the same Credentials
+            # as the operator's clients, fetched again unless they were already (for_kopf).
+            try:
+                self.credentials = self.credentials or await login(self.kubeconfig)
+                return await self.credentials.for_kopf()
+            except (StartupError, CredentialsError) as exc:
+                raise kopf.TemporaryError(str(exc), delay=LOGIN_RETRY_SECONDS) from None
 
         if self.config.webhook.enabled:
+            # Coroutines: kopf would run a plain function in a thread pool, reading the cache
+            # while the loop's watch events (controller/informer.py) change it.
 
-            def _validate(
+            async def _validate(
                 *, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None, **_: object
             ) -> None:
                 self.validate(body, old, warnings)
 
-            def _default(
+            async def _default(
                 *, body: kopf.Body, patch: kopf.Patch, old: kopf.Body | None = None, **_: object
             ) -> None:
                 self.default(body, old, patch)
@@ -289,28 +409,7 @@ class Operator:
 
         return registry
 
-    def _watch_handler(self, resource: Resource) -> Callable[..., Coroutine[None, None, None]]:
-        """A coroutine, so that kopf calls it on the operator's event loop.
-
-        kopf runs a plain function in a thread pool, and a watch event changes the cache and the
-        work queue, which the workers use on the loop (an asyncio.Queue fed from another thread
-        may not wake a waiting worker until some other I/O happens).
-        """
-
-        async def handler(*, event: kopf.RawEvent, **_: object) -> None:
-            self.on_event(resource, event)
-
-        return handler
-
     def configure(self, settings: kopf.OperatorSettings) -> None:
-        # The API server filters the ConfigMaps and Secrets it sends us: a handler's `labels=`
-        # filters only after kopf has received every Secret of the cluster, keys and all.
-        for resource in WATCHED:
-            if resource.label_selector is not None:
-                rtype = resource.type
-                settings.watching.label_selectors[rtype.group, rtype.version, rtype.plural] = (
-                    resource.label_selector
-                )
         webhook = self.config.webhook
         if webhook.enabled:
             self_signed: tempfile.TemporaryDirectory[str] | None = None
@@ -383,19 +482,18 @@ def _self_signed(advertise_host: str | None) -> tempfile.TemporaryDirectory[str]
     return certs
 
 
-def login(kubeconfig: str | None = None) -> kopf.ConnectionInfo:
-    """Credentials for one cluster (see :mod:`trainer.controller.credentials`).
+async def login(kubeconfig: str | None = None) -> Credentials:
+    """Credentials for one cluster, fetched (see :mod:`trainer.controller.credentials`).
 
     An explicit kubeconfig is allowed, so an operator embedded in a test or the demo never
     depends on the process environment.
     """
-    from trainer.controller.credentials import CredentialsError
-    from trainer.controller.credentials import login as resolve
-
     try:
-        return resolve(kubeconfig)
+        credentials = Credentials.of(kubeconfig)
+        await credentials.current()
     except CredentialsError as exc:
         raise StartupError(f"no Kubernetes credentials: {exc}") from exc
+    return credentials
 
 
 def _plain(body: kopf.Body) -> Obj:
