@@ -455,32 +455,6 @@ class RealCluster:
             "client-key-data": base64.b64encode(pem_key).decode(),
         }
 
-    def register_webhook_service(self, namespace: str, name: str, port: int, url: str) -> None:
-        """Point every webhook that calls Service ``namespace/name:port`` at ``url`` instead.
-
-        A Service of a loopback process has no endpoints a real API server could reach; the
-        stand-in keeps a table of such redirects, here the configurations are rewritten to URLs.
-        """
-        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            listing = self.http.request("GET", f"/apis/admissionregistration.k8s.io/v1/{kind}")
-            for config in listing.get("items") or []:
-                changed = False
-                for webhook in config.get("webhooks") or []:
-                    service = (webhook.get("clientConfig") or {}).get("service")
-                    if not service or (service.get("namespace"), service.get("name")) != (namespace, name):
-                        continue
-                    if int(service.get("port") or 443) != port:
-                        continue
-                    webhook["clientConfig"]["url"] = url.rstrip("/") + (service.get("path") or "/")
-                    del webhook["clientConfig"]["service"]
-                    changed = True
-                if changed:
-                    self.http.request(
-                        "PUT",
-                        f"/apis/admissionregistration.k8s.io/v1/{kind}/{config['metadata']['name']}",
-                        config,
-                    )
-
     # -- audit -------------------------------------------------------------------------------------
     def audit_mark(self) -> int:
         """A position in the audit log after which every later request's record will be."""

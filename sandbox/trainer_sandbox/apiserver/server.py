@@ -70,7 +70,6 @@ class LocalAPIServer:
         self.watch_timeout = watch_timeout
         self.faults = Faults(seed)
         self.audit = AuditLog()
-        self.grants: list[tuple[str, str]] = []  # what tests granted; the stand-in authorizes nothing
         self.core = Core(self.faults, self.audit, history_size)
         self.webhooks = Webhooks(self.core)
         self.core.webhooks = self.webhooks
@@ -200,7 +199,6 @@ class LocalAPIServer:
 
     def grant(self, user: str, cluster_role: str = "cluster-admin") -> None:
         """The stand-in authorizes nothing: every user may do everything already."""
-        self.grants.append((user, cluster_role))
 
     def audit_mark(self) -> int:
         return len(self.audit.records)
