@@ -6,7 +6,7 @@ operator's (latency, 429, 500 before and after the write, 409 on stale writes, d
 expired watches). Everything is seeded: the faults, the kill instants, which TrainJobs fail or
 are deleted; thread timing is not, so a failure prints its seed and the operator's log.
 
-What must hold (read from the server's own event stream, ordered by resourceVersion, so no
+What must hold (chaos_checks.py; read from the server's own event stream, ordered by resourceVersion, so no
 timing can hide a violation):
 
 - every TrainJob converges to the state its inputs call for (Complete, Failed, Suspended, gone);
@@ -27,29 +27,30 @@ import copy
 import random
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from chaos_checks import (
+    CHILD_KEYS,
+    JOBSETS,
+    TRAINJOBS,
+    History,
+    check_history,
+    in_expected_state,
+    looks_like_child,
+    owner_uid,
+)
 from trainer_sandbox.apiserver import LocalAPIServer
-from trainer_sandbox.apiserver.storage import Event
 from trainer_sandbox.operator_process import OPERATOR_USER, OperatorProcess
 from trainer_sandbox.sandbox import prepare
 
 Obj = dict[str, Any]
 TJ = "trainer.kubeflow.org/v1alpha1"
 SUBMITTER = "chaos-user"
-TRAINJOBS = ("trainer.kubeflow.org", "trainjobs")
-CHILD_KEYS = {
-    ("jobset.x-k8s.io", "jobsets"),
-    ("", "configmaps"),
-    ("", "secrets"),
-    ("scheduling.x-k8s.io", "podgroups"),
-}
-TERMINAL = ("Complete", "Failed")
 FAULT_KINDS = ("latency", "429", "500", "500-after", "409", "drop-watch", "expire-watch")
 
 
@@ -108,37 +109,6 @@ def gang_runtime(server: LocalAPIServer) -> Obj:
         "metadata": {"name": "chaos-gang"},
         "spec": spec,
     }
-
-
-@dataclass
-class History:
-    """The server's event stream for TrainJobs and their children, as it happened (by resourceVersion)."""
-
-    trainjobs: dict[str, list[Event]] = field(default_factory=lambda: defaultdict(list))
-    children: list[Event] = field(default_factory=list)
-
-    def listen(self, event: Event) -> None:  # runs on the server's loop, inside the write
-        if event.key == TRAINJOBS:
-            self.trainjobs[event.obj["metadata"]["name"]].append(event)
-        elif event.key in CHILD_KEYS and _owner_uid(event.obj) is not None:
-            self.children.append(event)
-        elif event.key in CHILD_KEYS and event.type == "ADDED" and _looks_like_child(event.obj):
-            self.children.append(event)  # a child without an owner: reported by the checks
-
-
-def _owner_uid(obj: Obj) -> str | None:
-    for ref in obj["metadata"].get("ownerReferences") or []:
-        if ref.get("kind") == "TrainJob" and ref.get("controller"):
-            return str(ref["uid"])
-    return None
-
-
-def _looks_like_child(obj: Obj) -> bool:
-    return "trainer.kubeflow.org/trainjob-name" in (obj["metadata"].get("labels") or {})
-
-
-def _conditions(obj: Obj) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
 
 
 @pytest.fixture
@@ -219,7 +189,14 @@ def test_lifecycles_converge_through_kills_and_faults(
     assert len(kills) == form.kills and operator.starts == form.kills + 1
 
     def converged() -> list[str]:
-        return [name for name, scenario in jobs if not _in_expected_state(server, name, scenario)]
+        store = server.core.store
+        return [
+            name
+            for name, scenario in jobs
+            if not in_expected_state(
+                store.get(TRAINJOBS, "default", name), store.get(JOBSETS, "default", name), scenario
+            )
+        ]
 
     _wait(lambda: not converged(), form.converge_timeout, "convergence", operator, pending=converged)
 
@@ -232,7 +209,7 @@ def test_lifecycles_converge_through_kills_and_faults(
     operator_requests = sum(1 for r in server.audit.records if r.user == OPERATOR_USER)
     assert set(fired) == set(FAULT_KINDS), f"faults that never fired: {set(FAULT_KINDS) - set(fired)}"
 
-    _check_history(history, expected)
+    check_history(history, [n for n, s in expected.items() if s == "mpi"])
 
     # Deleting every TrainJob leaves nothing behind: the children were all owned.
     for name, scenario in jobs:
@@ -248,88 +225,11 @@ def test_lifecycles_converge_through_kills_and_faults(
     )
 
 
-def _in_expected_state(server: LocalAPIServer, name: str, scenario: str) -> bool:
-    obj = server.core.store.get(TRAINJOBS, "default", name)
-    if scenario == "deleted":
-        return obj is None
-    if obj is None:
-        return False
-    conditions = _conditions(obj)
-    if scenario == "suspended":
-        jobset = server.core.store.get(("jobset.x-k8s.io", "jobsets"), "default", name)
-        return (
-            conditions == {"Suspended": "True"} and jobset is not None and jobset["spec"]["suspend"] is True
-        )
-    want = "Failed" if scenario == "fail" else "Complete"
-    other = "Complete" if want == "Failed" else "Failed"
-    return (
-        conditions.get(want) == "True"
-        and conditions.get(other) != "True"
-        and "ReconcileFailed" not in conditions
-    )
-
-
-def _check_history(history: History, expected: dict[str, str]) -> None:
-    problems: list[str] = []
-    uid_of: dict[str, str] = {}
-    finished_at: dict[str, int] = {}  # TrainJob uid -> rv of its first terminal status
-    for name, events in history.trainjobs.items():
-        seen: set[str] = set()
-        terminal: set[str] = set()
-        for event in events:
-            if event.type == "DELETED":
-                break
-            uid_of[name] = event.obj["metadata"]["uid"]
-            conditions = _conditions(event.obj)
-            lost = seen - set(conditions) - {"ReconcileFailed"}
-            if lost:
-                problems.append(f"TrainJob {name}: conditions {sorted(lost)} lost at rv {event.rv}")
-            gone = {t for t in terminal if conditions.get(t) != "True"}
-            if gone:
-                problems.append(f"TrainJob {name}: terminal {sorted(gone)} no longer True at rv {event.rv}")
-            seen |= set(conditions)
-            now_terminal = {t for t in TERMINAL if conditions.get(t) == "True"}
-            if now_terminal and not terminal:
-                finished_at[uid_of[name]] = event.rv
-            terminal |= now_terminal
-    name_of = {uid: name for name, uid in uid_of.items()}
-
-    ssh_secrets: Counter[str] = Counter()
-    for event in history.children:
-        meta = event.obj["metadata"]
-        what = f"{event.key[1]} {meta['name']}"
-        owner = _owner_uid(event.obj)
-        if owner is None:
-            problems.append(f"{what} created without a controlling TrainJob ownerReference")
-            continue
-        if event.type == "ADDED" and owner in finished_at and event.rv > finished_at[owner]:
-            problems.append(
-                f"{what} created at rv {event.rv}, after TrainJob {name_of.get(owner)} finished at rv {finished_at[owner]}"
-            )
-        if event.key == ("", "secrets") and meta["name"].endswith("-mpi-ssh-auth"):
-            if event.type == "ADDED":
-                ssh_secrets[meta["name"]] += 1
-            elif (
-                event.type == "MODIFIED"
-                and event.old is not None
-                and event.old.get("data") != event.obj.get("data")
-            ):
-                problems.append(f"{what}: key material changed at rv {event.rv}")
-    problems += [f"secrets {name}: created {n} times (re-keyed)" for name, n in ssh_secrets.items() if n > 1]
-    mpi_jobs = [name for name, scenario in expected.items() if scenario == "mpi"]
-    problems += [
-        f"TrainJob {n}: no SSH Secret was ever created"
-        for n in mpi_jobs
-        if not ssh_secrets[f"{n}-mpi-ssh-auth"]
-    ]
-    assert not problems, "\n".join(problems[:40])
-
-
 def _leftovers(server: LocalAPIServer) -> list[str]:
     left = [f"trainjobs {o['metadata']['name']}" for o in server.core.store.iter(TRAINJOBS)]
     for key in CHILD_KEYS:
         for obj in server.core.store.iter(key):
-            if _owner_uid(obj) is not None or _looks_like_child(obj):
+            if owner_uid(obj) is not None or looks_like_child(obj):
                 left.append(f"{key[1]} {obj['metadata']['name']}")
     return left
 
