@@ -1,29 +1,41 @@
-"""The operator under load on the local API server (a benchmark, not a test).
+"""A TrainJob controller under load, on the real control plane or the stand-in (a benchmark, not a test).
 
-    .venv/bin/python bench/operator_load.py [--trainjobs 1000] [--rate 20] [--rate-count 200]
-                                            [--steady 60] [--qps 1000 --burst 2000 --workers 16]
+    .venv/bin/python bench/operator_load.py [--backend real|standin|both] [--controller ours]
+        [--controller 'COMMAND {kubeconfig}'] [--trainjobs 1000] [--rate 20] [--fast-rate 100]
+        [--rate-count 200] [--steady 60] [--state-count 50] [--phases burst,rate,fast,states]
 
-The local API server (``trainer_sandbox``, with its simulated JobSet controller, Job controller
-and kubelet) runs in this process; the operator runs as ``trainer run`` in its own process, as
-its own user, so the audit log tells its requests apart and its RSS is its own. Three phases,
-each on a fresh server and operator:
+Backends: ``real`` is the control plane built from cluster/ (kube-apiserver, etcd, the
+controller manager, the scheduler, JobSet's controller, kwok's nodes and pods), a fresh one for
+each group of phases; ``standin`` is ``trainer_sandbox.LocalAPIServer`` in this process, with its
+simulated JobSet controller and kubelet; ``both`` runs the same work on each, one after the other.
 
-1. burst: ``--trainjobs`` torch TrainJobs submitted at once (pods run until told otherwise, so
-   the TrainJobs stay Running). Time until every JobSet exists, creation-to-JobSet latency,
-   requests and writes per TrainJob; then ``--steady`` seconds of steady state (every write the
-   operator makes counts, Events included); the operator's peak RSS (VmHWM). The operator gets
-   a raised client budget (``--qps``, ``--burst``) and ``--workers`` reconcile workers: the
-   default budget (50/100) caps any client at 50 requests/s, which this phase would measure
-   instead of the operator.
+Controllers: ``ours`` is ``trainer run`` in a process of its own, as its own user; any other
+value is a command run instead (``{kubeconfig}`` is replaced by the path of a kubeconfig for a
+user of its own, also given as ``$KUBECONFIG``), on a fresh control plane of the same build and
+the same work. Each controller runs under its own user, bound to ``cluster-admin`` (ours
+included: the figures are about requests, not rights), so the audit log tells its requests apart.
+Given several, the report ends with their figures side by side. docs/benchmarks.md says how to
+point it at another controller binary (upstream's ``trainer-controller-manager``, say).
+
+Phases, each group on a fresh server and controller:
+
+1. burst: ``--trainjobs`` torch TrainJobs submitted at once (their pods run until told
+   otherwise, so the TrainJobs stay Running). Time until every JobSet exists, creation-to-JobSet
+   latency, writes per TrainJob until its JobSet exists, requests per TrainJob; then ``--steady``
+   seconds of steady state (every write counts, Events included); the controller's peak RSS and
+   CPU time; etcd's database size before and after (real). Ours gets a raised client budget
+   (``--qps``, ``--burst``) and ``--workers`` workers: the default budget would be measured instead.
 2. rate: ``--rate-count`` torch TrainJobs at ``--rate`` per second with the default
    Configuration (QPS 50, burst 100, 4 workers): creation-to-JobSet latency.
-3. states: suspended torch TrainJobs and running MPI ones (``deepspeed-distributed``), where
-   upstream re-applies objects on every reconcile: our requests per TrainJob against upstream's
-   for the same reconciles (see upstream.py for the derivation).
+3. fast: as rate, at ``--fast-rate`` per second, with the budget raised to fit (``--fast-qps``,
+   ``--fast-burst``: at two writes per TrainJob the default budget sustains about 25/s).
+4. states: suspended torch TrainJobs, running and suspended MPI ones (``deepspeed-distributed``):
+   requests per TrainJob, and, for ours, upstream's derived from its reconciles (upstream.py).
 
-Latencies come from the audit log: the TrainJob's create request to the operator's JobSet create
-request (a request is recorded when it arrives). Times are wall-clock on a shared 2-core machine
-where the API server stand-in, its simulated controllers and the operator compete for the cores.
+Requests, writes and latencies come from the API server's audit log (on the real control plane
+kube-apiserver's own, its ``requestReceivedTimestamp``): a TrainJob's create to the controller's
+JobSet create. Times are wall-clock on a shared machine where the API server, its controllers and
+the controller under test compete for the cores: the machine line says which.
 """
 
 from __future__ import annotations
@@ -32,32 +44,38 @@ import argparse
 import asyncio
 import concurrent.futures
 import gc
+import json
+import os
 import re
+import shlex
+import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import upstream
 from benchlib import Report, Target, machine, percentile
-from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.audit import AuditRecord
-from trainer_sandbox.operator_process import OPERATOR_USER, OperatorProcess
-from trainer_sandbox.sandbox import prepare
+from trainer_sandbox.operator_process import OPERATOR_USER, OperatorProcess, _die_with_parent
 
 Obj = dict[str, Any]
 SUBMITTER = "bench-user"
+OTHER_USER = "bench-controller"
 TJ = "trainer.kubeflow.org/v1alpha1"
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 RUN_FOREVER = [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]
 SUFFIXES = ("-runtime-snapshot", "-mpi-hostfile", "-mpi-ssh-auth")
+PODS_PER_NODE = 110  # the control plane's kwok nodes, as a kubelet's default
 
 TARGET_BURST_S = 30.0
 TARGET_RATE_P99_S = 1.0
+TARGET_FAST_P99_S = 2.0
 TARGET_RSS_MIB = 150.0
 
 
@@ -74,7 +92,7 @@ def trainjob(name: str, runtime: str = "torch-distributed", *, suspend: bool = F
 
 
 def owner(record: AuditRecord) -> str | None:
-    """The TrainJob a request of the operator was about, from the names it gives its children."""
+    """The TrainJob a request of the controller was about, from the names it gives its children."""
     if record.resource in ("trainjobs", "jobsets", "podgroups"):
         return record.name or None
     if record.resource in ("configmaps", "secrets"):
@@ -86,71 +104,175 @@ def owner(record: AuditRecord) -> str | None:
     return None
 
 
-@dataclass
-class Tracker:
-    """Reads the audit log incrementally: TrainJob creations and the operator's JobSet creations."""
-
-    server: LocalAPIServer
-    seen: int = 0
-    in_flight: list[int] = field(default_factory=list)
-    created: dict[str, tuple[float, int]] = field(default_factory=dict)
-    jobset: dict[str, tuple[float, int]] = field(default_factory=dict)
-
-    def scan(self) -> None:
-        # A record is appended when its request arrives and gets its status when the response is
-        # sent: a create still in flight is looked at again on the next scan.
-        records = self.server.audit.records
-        end = len(records)
-        pending: list[int] = []
-        for index in [*self.in_flight, *range(self.seen, end)]:
-            r = records[index]
-            # The operator creates a JobSet by server-side apply: a patch answered 201.
-            if r.verb != "create" and (r.verb, r.resource) != ("patch", "jobsets"):
-                continue
-            if r.status == 0:
-                pending.append(index)
-            elif r.status >= 300:
-                continue
-            elif r.resource == "trainjobs" and r.user == SUBMITTER:
-                self.created[r.name] = (r.time, index)
-            elif r.resource == "jobsets" and r.user == OPERATOR_USER and r.status == 201:
-                self.jobset.setdefault(r.name, (r.time, index))
-        self.in_flight = pending
-        self.seen = end
-
-    def latencies(self, names: list[str]) -> list[float]:
-        return [self.jobset[n][0] - self.created[n][0] for n in names if n in self.jobset]
+# --- backends ------------------------------------------------------------------------------------
 
 
-class Cluster:
-    """A local API server here, the operator as ``trainer run`` in a child process."""
+class Backend(Protocol):
+    name: str
+    api: Any  # trainer_sandbox.backends.Cluster
 
-    def __init__(self, tmp: Path, *, qps: float, burst: int, workers: int) -> None:
+    def audit(self) -> list[AuditRecord]:
+        """Every request so far, in the order recorded (a list that only grows)."""
+
+    def submit(self, objs: list[Obj], rate: float | None = None) -> None: ...
+
+    def etcd_bytes(self) -> int | None: ...
+
+    def stop(self) -> None: ...
+
+
+class Standin:
+    """``trainer_sandbox.LocalAPIServer`` in this process; records are appended as requests arrive."""
+
+    name = "stand-in"
+
+    def __init__(self, tmp: Path, pods: int) -> None:
+        from trainer_sandbox.apiserver import LocalAPIServer
+        from trainer_sandbox.sandbox import prepare
+
         self.server = LocalAPIServer().start()
         prepare(self.server)
         self.server.add_user(SUBMITTER)
-        self.operator = OperatorProcess(self.server, tmp, qps=qps, burst=burst, workers=workers)
-        self.settings = self.operator.settings
-        self.metrics_port = self.operator.metrics_port
-        try:
-            self.operator.start()
-        except RuntimeError as exc:
-            self.server.stop()
-            raise SystemExit(str(exc)) from exc
-        self.tracker = Tracker(self.server)
-        self.wait_quiet(1.0)
+        self.api = self.server
+
+    def audit(self) -> list[AuditRecord]:
+        return self.server.audit.records
+
+    def submit(self, objs: list[Obj], rate: float | None = None) -> None:
+        """Create the objects as the submitting user: all at once, or ``rate`` per second."""
+        server = self.server
+        assert server._loop is not None
+        core = server.core
+        rt = server._rt(TJ, "TrainJob")
+
+        async def create(obj: Obj) -> Obj:
+            ctx = server._ctx(SUBMITTER, "create", rt, "default", "")
+            return await core.call(ctx, lambda: core.create(ctx, obj))
+
+        futures: list[concurrent.futures.Future[Obj]] = []
+        for delay in _schedule(len(objs), rate):
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(asyncio.run_coroutine_threadsafe(create(objs[len(futures)]), server._loop))
+        for future in futures:
+            future.result(120)
+
+    def etcd_bytes(self) -> int | None:
+        return None
 
     def stop(self) -> None:
-        self.operator.stop()
         self.server.stop()
 
-    # --- the operator process ---
 
-    def status(self, field_name: str) -> int:
-        return self.operator.proc_status(field_name)
+class Real:
+    """A fresh control plane from cluster/ with kwok nodes for ``pods`` pods; kube-apiserver's audit
+    log (JSON lines, one per request once answered) is read as it grows."""
 
-    def cpu_seconds(self) -> float:
-        return self.operator.cpu_seconds()
+    name = "real"
+
+    def __init__(self, tmp: Path, pods: int) -> None:
+        from trainer_sandbox.backends import RealCluster
+        from trainer_sandbox.cluster import ControlPlane, install
+
+        self.plane = ControlPlane.start(tmp / "control-plane")
+        self.api = RealCluster(
+            self.plane.kubeconfig,
+            self.plane.audit_log,
+            ca_dir=self.plane.pki_dir,
+            kubectl=str(self.plane.kubectl),
+        )
+        nodes = max(install.NODE_COUNT, -(-pods // PODS_PER_NODE) + 1)
+        if nodes > install.NODE_COUNT:
+            admin = self.plane.client()
+            install.create_all(admin, install.nodes(nodes)[install.NODE_COUNT :])
+            deadline = time.monotonic() + 60
+            while not install.nodes_ready(admin, nodes):
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{nodes} kwok nodes were not Ready within 60 s")
+                time.sleep(0.5)
+        self.api.grant(SUBMITTER)
+        self._records: list[AuditRecord] = []
+        self._offset = 0
+        self._started: set[str] = set()
+
+    def audit(self) -> list[AuditRecord]:
+        from trainer_sandbox.backends import audit_record
+
+        with self.plane.audit_log.open("rb") as log:
+            log.seek(self._offset)
+            chunk = log.read()
+        complete = chunk.rfind(b"\n") + 1  # a line being written is read next time
+        self._offset += complete
+        for line in chunk[:complete].splitlines():
+            event = json.loads(line)
+            audit_id = str(event.get("auditID"))
+            if event.get("stage") == "ResponseStarted":
+                self._started.add(audit_id)
+            elif audit_id in self._started:
+                continue  # a watch, counted when it opened
+            record = audit_record(event)
+            if record is not None:
+                self._records.append(record)
+        return self._records
+
+    def submit(self, objs: list[Obj], rate: float | None = None) -> None:
+        with concurrent.futures.ThreadPoolExecutor(16) as pool:
+            futures = []
+            for delay, obj in zip(_schedule(len(objs), rate), objs, strict=True):
+                if delay > 0:
+                    time.sleep(delay)
+                futures.append(pool.submit(self.api.create, obj, SUBMITTER))
+            for future in futures:
+                future.result(120)
+
+    def etcd_bytes(self) -> int | None:
+        db = self.plane.dir / "etcd" / "member" / "snap" / "db"
+        return db.stat().st_size if db.exists() else None
+
+    def stop(self) -> None:
+        self.plane.stop()
+
+
+BACKENDS: dict[str, Callable[[Path, int], Backend]] = {"standin": Standin, "real": Real}
+BACKEND_NAMES = {"standin": Standin.name, "real": Real.name}
+
+
+def _schedule(count: int, rate: float | None) -> Iterator[float]:
+    """Seconds to wait before each submission: none for a burst, else one every 1/rate s."""
+    start = time.monotonic()
+    for i in range(count):
+        yield start + i / rate - time.monotonic() if rate else 0.0
+
+
+# --- controllers ---------------------------------------------------------------------------------
+
+
+class Controller(Protocol):
+    user: str
+    settings: str
+
+    def reconciles(self) -> float | None: ...
+
+    def memory_kib(self, field_name: str) -> int: ...
+
+    def cpu_seconds(self) -> float: ...
+
+    def stop(self) -> None: ...
+
+
+class Ours:
+    """``trainer run`` with a Configuration of QPS, burst and workers."""
+
+    def __init__(self, backend: Backend, tmp: Path, *, qps: float, burst: int, workers: int) -> None:
+        self.user = OPERATOR_USER
+        self.process = OperatorProcess(backend.api, tmp, qps=qps, burst=burst, workers=workers)
+        backend.api.grant(self.user)
+        self.settings = self.process.settings
+        self.metrics_port = self.process.metrics_port
+        try:
+            self.process.start()
+        except RuntimeError as exc:
+            raise SystemExit(str(exc)) from exc
 
     def reconciles(self) -> float:
         text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read()
@@ -159,51 +281,144 @@ class Cluster:
             for m in re.finditer(rb'^trainer_reconcile_total\{result="[a-z]+"\} (\S+)$', text, re.M)
         )
 
-    # --- the API server side ---
+    def memory_kib(self, field_name: str) -> int:
+        return self.process.proc_status(field_name)
 
-    def submit(self, objs: list[Obj], rate: float | None = None) -> None:
-        """Create the objects as the submitting user: all at once, or ``rate`` per second."""
-        assert self.server._loop is not None
-        core = self.server.core
-        rt = self.server._rt(TJ, "TrainJob")
+    def cpu_seconds(self) -> float:
+        return self.process.cpu_seconds()
 
-        async def create(obj: Obj) -> Obj:
-            ctx = self.server._ctx(SUBMITTER, "create", rt, "default", "")
-            return await core.call(ctx, lambda: core.create(ctx, obj))
+    def stop(self) -> None:
+        self.process.stop()
 
-        futures: list[concurrent.futures.Future[Obj]] = []
-        start = time.monotonic()
-        for i, obj in enumerate(objs):
-            if rate:
-                delay = start + i / rate - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-            futures.append(asyncio.run_coroutine_threadsafe(create(obj), self.server._loop))
-        for future in futures:
-            future.result(120)
+
+class Command:
+    """Another controller: ``command`` with ``{kubeconfig}`` replaced, as a user of its own."""
+
+    def __init__(self, backend: Backend, tmp: Path, command: str) -> None:
+        tmp.mkdir(parents=True, exist_ok=True)
+        self.user = OTHER_USER
+        backend.api.add_user(self.user)
+        backend.api.grant(self.user)
+        kubeconfig = backend.api.write_kubeconfig(tmp / "controller.kubeconfig", user=self.user)
+        argv = shlex.split(command.replace("{kubeconfig}", shlex.quote(str(kubeconfig))))
+        self.settings = "its own client budget and workers (whatever its command sets)"
+        self.log = tmp / "controller.log"
+        seen = len(backend.audit())
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(
+                argv,
+                env={**os.environ, "KUBECONFIG": str(kubeconfig)},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )
+        deadline = time.monotonic() + 120
+        while not any(
+            r.user == self.user and r.verb == "watch" and r.resource == "trainjobs"
+            for r in backend.audit()[seen:]
+        ):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text(errors="replace")[-3000:]
+                self.stop()
+                raise SystemExit(f"the controller did not start watching TrainJobs:\n{tail}")
+            time.sleep(0.1)
+
+    def reconciles(self) -> None:
+        return None
+
+    def memory_kib(self, field_name: str) -> int:
+        try:
+            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+        except OSError:
+            pass
+        return 0
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@dataclass
+class Run:
+    """One backend and one controller under it, for one group of phases."""
+
+    backend: Backend
+    controller: Controller
+    seen: int = 0
+    in_flight: list[int] = field(default_factory=list)
+    created: dict[str, tuple[float, int]] = field(default_factory=dict)
+    jobset: dict[str, tuple[float, int]] = field(default_factory=dict)
+
+    def scan(self) -> None:
+        """TrainJob creations and the controller's JobSet creations, read incrementally.
+
+        On the stand-in a record is appended when its request arrives and gets its status when
+        the response is sent: a create still in flight is looked at again on the next scan.
+        """
+        records = self.backend.audit()
+        end = len(records)
+        pending: list[int] = []
+        for index in [*self.in_flight, *range(self.seen, end)]:
+            r = records[index]
+            # A JobSet may be created by server-side apply: a patch answered 201.
+            if r.verb != "create" and (r.verb, r.resource) != ("patch", "jobsets"):
+                continue
+            if r.status == 0:
+                pending.append(index)
+            elif r.status >= 300:
+                continue
+            elif r.resource == "trainjobs" and r.user == SUBMITTER:
+                self.created[r.name] = (r.time, index)
+            elif r.resource == "jobsets" and r.user == self.controller.user and r.status == 201:
+                self.jobset.setdefault(r.name, (r.time, index))
+        self.in_flight = pending
+        self.seen = end
+
+    def latencies(self, names: list[str]) -> list[float]:
+        return [
+            self.jobset[n][0] - self.created[n][0] for n in names if n in self.jobset and n in self.created
+        ]
+
+    def mark(self) -> int:
+        return len(self.backend.audit())
 
     def wait_jobsets(self, names: list[str], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while True:
-            self.tracker.scan()
-            if all(n in self.tracker.jobset for n in names):
+            self.scan()
+            if all(n in self.jobset for n in names):
                 return True
             if time.monotonic() > deadline:
                 return False
-            time.sleep(0.05)
+            time.sleep(0.1)
 
     def wait_quiet(self, seconds: float, timeout: float = 300) -> None:
-        """Until the operator has sent no request for ``seconds`` (watches stay open, so they count once)."""
+        """Until the controller has sent no request for ``seconds`` (open watches count once)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            mark = len(self.server.audit.records)
+            mark = self.mark()
             time.sleep(seconds)
-            if not any(r.user == OPERATOR_USER for r in self.server.audit.records[mark:]):
+            if not any(r.user == self.controller.user for r in self.backend.audit()[mark:]):
                 return
-        print(f"  (the operator was still busy after {timeout:.0f} s)")
+        print(f"  (the controller was still busy after {timeout:.0f} s)")
 
-    def operator_records(self, since: int, until: int | None = None) -> list[AuditRecord]:
-        return [r for r in self.server.audit.records[since:until] if r.user == OPERATOR_USER]
+    def records(self, since: int, until: int | None = None) -> list[AuditRecord]:
+        return [r for r in self.backend.audit()[since:until] if r.user == self.controller.user]
+
+    def stop(self) -> None:
+        self.controller.stop()
+        self.backend.stop()
 
 
 def per_trainjob(records: list[AuditRecord], names: set[str]) -> tuple[Counter[str], int]:
@@ -225,225 +440,364 @@ def per_trainjob(records: list[AuditRecord], names: set[str]) -> tuple[Counter[s
     return counts, shared
 
 
-def writes_until_jobset(cluster: Cluster, names: list[str], since: int) -> list[int]:
-    """For each TrainJob: the operator's non-Event writes about it up to its JobSet's creation."""
-    records = cluster.server.audit.records
-    end = max(cluster.tracker.jobset[n][1] for n in names) + 1
-    limit = {n: cluster.tracker.jobset[n][1] for n in names}
+def writes_until_jobset(run: Run, names: list[str], since: int) -> list[int]:
+    """For each TrainJob: the controller's non-Event writes about it up to its JobSet's creation."""
+    records = run.backend.audit()
+    end = max(run.jobset[n][1] for n in names) + 1
+    limit = {n: run.jobset[n][1] for n in names}
     counts = dict.fromkeys(names, 0)
     for index in range(since, end):
         r = records[index]
-        name = owner(r) if r.user == OPERATOR_USER else None
+        name = owner(r) if r.user == run.controller.user else None
         if name in counts and index <= limit[name] and r.verb in WRITE_VERBS and r.resource != "events":
             counts[name] += 1
     return list(counts.values())
 
 
-def show_latency(label: str, seconds: list[float]) -> None:
+def latency_line(label: str, seconds: list[float]) -> str:
+    if not seconds:
+        return f"  {label}: no JobSet at all"
     ms = [s * 1000 for s in seconds]
-    print(
+    return (
         f"  {label}: p50 {percentile(ms, 50):.0f} ms, p99 {percentile(ms, 99):.0f} ms, "
         f"max {max(ms):.0f} ms (n={len(ms)})"
     )
 
 
-def show_writes(label: str, counts: list[int], objects: int, upstream_writes: float) -> Target:
-    spread = Counter(counts)
-    print(
-        f"  {label}: max {max(counts)}, mean {sum(counts) / len(counts):.2f} "
-        f"(distribution {dict(sorted(spread.items()))}); upstream {upstream_writes:g} applies"
-    )
-    return Target(
-        f"writes per torch TrainJob until its JobSet exists (no Events), worst of {len(counts)}",
-        max(counts),
-        objects + 1,
-        "",
-        f"{objects} objects + 1 status write",
-    )
+# --- phases --------------------------------------------------------------------------------------
 
 
-def phase_burst(args: argparse.Namespace, report: Report, cluster: Cluster) -> None:
-    n = args.trainjobs
-    print(f"\n== burst: {n} torch TrainJobs submitted at once ({cluster.settings})")
-    names = [f"burst-{i:05d}" for i in range(n)]
-    mark = len(cluster.server.audit.records)
-    reconciles0, cpu0 = cluster.reconciles(), cluster.cpu_seconds()
-    start = time.time()
-    cluster.submit([trainjob(name) for name in names])
-    print(f"  submitted in {time.time() - start:.2f} s")
-    done = cluster.wait_jobsets(names, timeout=600)
-    tracker = cluster.tracker
-    first = min(tracker.created[n][0] for n in names)
-    last = max(tracker.jobset[n][0] for n in names if n in tracker.jobset)
-    if not done:
-        print(f"  only {len(tracker.jobset)} of {n} JobSets after 600 s")
-    elapsed = last - first if done else float("inf")
-    print(f"  every JobSet exists {elapsed:.1f} s after the first submission")
-    floor_ours = upstream.budget_floor(2, n)  # snapshot and JobSet (Events have a budget of their own)
-    floor_up = upstream.budget_floor(upstream.until_jobset(upstream.TORCH), n)
-    print(
-        f"  upstream: no published figure; its client budget alone needs >= {floor_up:.0f} s for "
-        f"{n} x {upstream.until_jobset(upstream.TORCH):g} applies (ours at that budget: >= "
-        f"{floor_ours:.0f} s for its 2 creates each)"
-    )
-    report.add(Target(f"{n} TrainJobs at once: every JobSet exists", round(elapsed, 1), TARGET_BURST_S, " s"))
-    show_latency("creation to JobSet", tracker.latencies(names))
-    counts = writes_until_jobset(cluster, names, mark)
-    report.add(
-        show_writes("writes until the JobSet exists", counts, 2, upstream.until_jobset(upstream.TORCH))
-    )
+@dataclass
+class Figures:
+    """What one controller on one backend measured, by row of the side-by-side table."""
 
-    cluster.wait_quiet(3.0)
-    records = cluster.operator_records(mark)
-    by_kind, shared = per_trainjob(records, set(names))
-    reconciles = (cluster.reconciles() - reconciles0) / n
-    cpu = cluster.cpu_seconds() - cpu0
-    status_writes = sum(1 for r in records if r.subresource == "status" and r.verb == "patch") / n
-    up = upstream.lifecycle(
-        upstream.TORCH, suspended=False, reconciles=reconciles, status_writes=status_writes
-    )
-    print(
-        f"  from creation to quiet, per TrainJob: {reconciles:.2f} reconciles, "
-        f"{sum(by_kind.values()) / n:.2f} requests = {by_kind['reads'] / n:.2f} reads + "
-        f"{by_kind['writes'] / n:.2f} writes ({status_writes:.2f} of them status) + "
-        f"{by_kind['events'] / n:.2f} Events; {shared} requests shared by all (watches, lists); "
-        f"operator CPU {cpu * 1000 / n:.1f} ms"
-    )
-    print(
-        f"  upstream for the same reconciles: {up.total:.2f} requests = {up.reads:.2f} reads (cached "
-        f"upstream) + {up.writes:.2f} writes + 0 Events"
-    )
-
-    print(f"\n== steady state: {args.steady:.0f} s with {n} Running TrainJobs, one operator replica")
-    mark = len(cluster.server.audit.records)
-    time.sleep(args.steady)
-    steady = cluster.operator_records(mark)
-    writes = [r for r in steady if r.verb in WRITE_VERBS]
-    print(
-        f"  operator requests: {len(steady)} ({dict(Counter(r.verb for r in steady))}), "
-        f"writes {len(writes)} {dict(Counter((r.verb, r.resource) for r in writes))}"
-    )
-    print(
-        "  upstream: 0 too while nothing changes (no watch event, no reconcile; controller-runtime "
-        "resyncs every 10 h), then one status PATCH per change plus, per reconcile, JobSet + PodGroup "
-        "applies while suspended and the hostfile apply for MPI"
-    )
-    report.add(Target(f"writes in {args.steady:.0f} s of steady state", len(writes), 0))
-
-    peak, now = cluster.status("VmHWM") / 1024, cluster.status("VmRSS") / 1024
-    print(f"\n== operator memory with {n} TrainJobs: peak RSS {peak:.1f} MiB, now {now:.1f} MiB")
-    print("  upstream: no published figure")
-    report.add(Target(f"operator peak RSS with {n} TrainJobs", round(peak, 1), TARGET_RSS_MIB, " MiB"))
+    label: str
+    rows: dict[str, str] = field(default_factory=dict)
 
 
-def phase_rate(args: argparse.Namespace, report: Report, cluster: Cluster) -> None:
-    n = args.rate_count
-    print(f"\n== rate: {n} torch TrainJobs at {args.rate:g}/s ({cluster.settings}: the defaults)")
-    names = [f"rate-{i:05d}" for i in range(n)]
-    mark = len(cluster.server.audit.records)
-    cluster.submit([trainjob(name) for name in names], rate=args.rate)
-    if not cluster.wait_jobsets(names, timeout=300):
-        print(f"  only {len(cluster.tracker.jobset)} of {n} JobSets after 300 s")
-    last_submission = time.monotonic()
-    latencies = cluster.tracker.latencies(names)
-    show_latency("creation to JobSet", latencies)
-    cluster.wait_quiet(1.0)
-    print(
-        f"  the operator was quiet (every status written) {time.monotonic() - last_submission - 1.0:.1f} s "
-        "after the last JobSet: status writes yield the budget to children's and catch up"
-    )
-    print(
-        f"  upstream: no published figure; at {args.rate:g}/s its {upstream.until_jobset(upstream.TORCH):g} "
-        f"applies per TrainJob need {args.rate * upstream.until_jobset(upstream.TORCH):g} requests/s of its "
-        f"{upstream.QPS:g} QPS"
-    )
-    report.add(
-        Target(
-            f"creation to JobSet p99 at {args.rate:g}/s",
-            round(percentile(latencies, 99), 3),
-            TARGET_RATE_P99_S,
-            " s",
+class Bench:
+    def __init__(self, args: argparse.Namespace, report: Report, tmp: Path) -> None:
+        self.args = args
+        self.report = report
+        self.tmp = tmp
+        self.groups = 0
+
+    def start(
+        self, backend_name: str, controller: str, *, pods: int, qps: float, burst: int, workers: int
+    ) -> Run:
+        self.groups += 1
+        where = self.tmp / f"{self.groups:02d}"
+        backend = BACKENDS[backend_name](where, pods)
+        try:
+            made: Controller = (
+                Ours(backend, where / "operator", qps=qps, burst=burst, workers=workers)
+                if controller == "ours"
+                else Command(backend, where / "controller", controller)
+            )
+        except BaseException:
+            backend.stop()
+            raise
+        run = Run(backend, made)
+        run.wait_quiet(1.0)
+        return run
+
+    def target(self, run: Run, controller: str, target: Target) -> None:
+        """Targets are ours: another controller's figures are printed, not judged."""
+        target.name = f"[{run.backend.name}] {target.name}"
+        if controller == "ours":
+            self.report.add(target)
+        else:
+            print(f"  (not a target for another controller) {target.line()}")
+
+    def burst(self, backend_name: str, controller: str, figures: Figures) -> None:
+        args, n = self.args, self.args.trainjobs
+        run = self.start(
+            backend_name, controller, pods=n, qps=args.qps, burst=args.burst, workers=args.workers
         )
-    )
-    counts = writes_until_jobset(cluster, [n for n in names if n in cluster.tracker.jobset], mark)
-    report.add(
-        show_writes("writes until the JobSet exists", counts, 2, upstream.until_jobset(upstream.TORCH))
-    )
+        try:
+            self._burst(run, controller, figures)
+        finally:
+            run.stop()
+            del run
+            gc.collect()  # the stand-in's 600,000 objects, before the next server starts
 
+    def _burst(self, run: Run, controller: str, figures: Figures) -> None:
+        args, n = self.args, self.args.trainjobs
+        print(f"\n== burst: {n} torch TrainJobs submitted at once ({run.controller.settings})")
+        names = [f"burst-{i:05d}" for i in range(n)]
+        etcd_before = run.backend.etcd_bytes()
+        mark = run.mark()
+        reconciles0, cpu0 = run.controller.reconciles(), run.controller.cpu_seconds()
+        start = time.time()
+        run.backend.submit([trainjob(name) for name in names])
+        print(f"  submitted in {time.time() - start:.2f} s")
+        done = run.wait_jobsets(names, timeout=600)
+        if not done:
+            print(f"  only {len(run.jobset)} of {n} JobSets after 600 s")
+        first = min(run.created[n][0] for n in names if n in run.created)
+        last = max((run.jobset[n][0] for n in names if n in run.jobset), default=first)
+        elapsed = last - first if done else float("inf")
+        print(f"  every JobSet exists {elapsed:.1f} s after the first submission")
+        figures.rows["burst: every JobSet exists"] = f"{elapsed:.1f} s"
+        self.target(
+            run,
+            controller,
+            Target(f"{n} TrainJobs at once: every JobSet exists", round(elapsed, 1), TARGET_BURST_S, " s"),
+        )
+        latencies = run.latencies(names)
+        print(latency_line("creation to JobSet", latencies))
+        figures.rows["burst: creation to JobSet p99"] = f"{percentile(latencies, 99):.2f} s"
+        if controller == "ours":
+            floor_ours = upstream.budget_floor(2, n)
+            floor_up = upstream.budget_floor(upstream.until_jobset(upstream.TORCH), n)
+            print(
+                f"  upstream (derived): its default client budget alone needs >= {floor_up:.0f} s for "
+                f"{n} x {upstream.until_jobset(upstream.TORCH):g} applies (ours at that budget: >= "
+                f"{floor_ours:.0f} s for its 2 creates each)"
+            )
+        made = [name for name in names if name in run.jobset]
+        if made:
+            counts = writes_until_jobset(run, made, mark)
+            self.writes_target(run, controller, figures, "burst", counts)
 
-def phase_states(args: argparse.Namespace, cluster: Cluster) -> None:
-    """Suspended torch and running MPI TrainJobs: ours against upstream for the same reconciles."""
-    print(
-        f"\n== states: {args.state_count} TrainJobs per state, ours against upstream for the same reconciles"
-    )
-    print(
-        f"  {'state':<24} {'reconciles':>10} {'ours: req':>10} {'writes':>7} {'events':>7}   {'upstream: req':>13} {'writes':>7}"
-    )
-    groups = [
-        ("torch, suspended", "torch-distributed", True, upstream.TORCH),
-        ("MPI (DeepSpeed), running", "deepspeed-distributed", False, upstream.MPI),
-        ("MPI (DeepSpeed), suspended", "deepspeed-distributed", True, upstream.MPI),
-    ]
-    for label, runtime, suspend, shape in groups:
-        slug = re.sub(r"[^a-z]+", "-", label.lower()).strip("-")
-        names = [f"{slug}-{i:04d}" for i in range(args.state_count)]
-        mark = len(cluster.server.audit.records)
-        before = cluster.reconciles()
-        cluster.submit([trainjob(name, runtime, suspend=suspend) for name in names])
-        cluster.wait_jobsets(names, timeout=300)
-        cluster.wait_quiet(3.0)
-        n = len(names)
-        records = cluster.operator_records(mark)
-        by_kind, _ = per_trainjob(records, set(names))
-        reconciles = (cluster.reconciles() - before) / n
-        status_writes = sum(1 for r in records if r.subresource == "status" and r.verb == "patch") / n
-        up = upstream.lifecycle(shape, suspended=suspend, reconciles=reconciles, status_writes=status_writes)
-        ours = sum(by_kind.values()) / n
+        run.wait_quiet(3.0)
+        records = run.records(mark)
+        by_kind, shared = per_trainjob(records, set(names))
+        cpu = run.controller.cpu_seconds() - cpu0
+        status_writes = sum(1 for r in records if r.subresource == "status" and r.verb in WRITE_VERBS) / n
+        line = (
+            f"{sum(by_kind.values()) / n:.2f} requests = {by_kind['reads'] / n:.2f} reads + "
+            f"{by_kind['writes'] / n:.2f} writes ({status_writes:.2f} of them status) + "
+            f"{by_kind['events'] / n:.2f} Events"
+        )
+        reconciles1 = run.controller.reconciles()
+        per_reconcile = ""
+        if reconciles0 is not None and reconciles1 is not None:
+            reconciles = (reconciles1 - reconciles0) / n
+            per_reconcile = f"{reconciles:.2f} reconciles, "
+            up = upstream.lifecycle(
+                upstream.TORCH, suspended=False, reconciles=reconciles, status_writes=status_writes
+            )
+            print(
+                f"  upstream (derived) for the same reconciles: {up.total:.2f} requests = {up.reads:.2f} reads "
+                f"(cached upstream) + {up.writes:.2f} writes + 0 Events"
+            )
         print(
-            f"  {label:<24} {reconciles:>10.2f} {ours:>10.2f} {by_kind['writes'] / n:>7.2f} "
-            f"{by_kind['events'] / n:>7.2f}   {up.total:>13.2f} {up.writes:>7.2f}"
+            f"  from creation to quiet, per TrainJob: {per_reconcile}{line}; {shared} requests shared by "
+            f"all (watches, lists); controller CPU {cpu * 1000 / n:.1f} ms"
         )
+        figures.rows["burst: requests per TrainJob"] = f"{sum(by_kind.values()) / n:.2f}"
+        figures.rows["burst: controller CPU per TrainJob"] = f"{cpu * 1000 / n:.1f} ms"
+
+        print(f"\n== steady state: {args.steady:.0f} s with {n} Running TrainJobs, one replica")
+        mark = run.mark()
+        time.sleep(args.steady)
+        steady = run.records(mark)
+        writes = [r for r in steady if r.verb in WRITE_VERBS]
+        print(
+            f"  controller requests: {len(steady)} ({dict(Counter(r.verb for r in steady))}), "
+            f"writes {len(writes)} {dict(Counter((r.verb, r.resource) for r in writes))}"
+        )
+        figures.rows[f"steady: writes in {args.steady:g} s"] = str(len(writes))
+        self.target(run, controller, Target(f"writes in {args.steady:.0f} s of steady state", len(writes), 0))
+
+        peak, now = run.controller.memory_kib("VmHWM") / 1024, run.controller.memory_kib("VmRSS") / 1024
+        print(f"\n== controller memory with {n} TrainJobs: peak RSS {peak:.1f} MiB, now {now:.1f} MiB")
+        figures.rows["peak RSS"] = f"{peak:.1f} MiB"
+        self.target(
+            run, controller, Target(f"peak RSS with {n} TrainJobs", round(peak, 1), TARGET_RSS_MIB, " MiB")
+        )
+        etcd_after = run.backend.etcd_bytes()
+        if etcd_before is not None and etcd_after is not None:
+            print(
+                f"  etcd database: {etcd_before / 2**20:.1f} MiB before, {etcd_after / 2**20:.1f} MiB after"
+            )
+            figures.rows["etcd database after the burst"] = f"{etcd_after / 2**20:.1f} MiB"
+
+    def writes_target(
+        self, run: Run, controller: str, figures: Figures, phase: str, counts: list[int]
+    ) -> None:
+        spread = Counter(counts)
+        print(
+            f"  writes until the JobSet exists: max {max(counts)}, mean {sum(counts) / len(counts):.2f} "
+            f"(distribution {dict(sorted(spread.items()))})"
+            + (
+                f"; upstream (derived) {upstream.until_jobset(upstream.TORCH):g} applies"
+                if controller == "ours"
+                else ""
+            )
+        )
+        figures.rows[f"{phase}: writes until the JobSet, worst"] = str(max(counts))
+        self.target(
+            run,
+            controller,
+            Target(
+                f"{phase}: writes per torch TrainJob until its JobSet exists (no Events), worst of {len(counts)}",
+                max(counts),
+                3,
+                "",
+                "2 objects + 1 status write",
+            ),
+        )
+
+    def rate(self, backend_name: str, controller: str, figures: Figures, *, fast: bool) -> None:
+        args = self.args
+        rate, qps, burst, workers = (
+            (args.fast_rate, args.fast_qps, args.fast_burst, args.fast_workers)
+            if fast
+            else (args.rate, 50.0, 100, 4)
+        )
+        label, limit = ("fast", TARGET_FAST_P99_S) if fast else ("rate", TARGET_RATE_P99_S)
+        run = self.start(
+            backend_name, controller, pods=args.rate_count, qps=qps, burst=burst, workers=workers
+        )
+        try:
+            n = args.rate_count
+            budget = "a budget raised to fit" if fast else "the defaults"
+            print(f"\n== {label}: {n} torch TrainJobs at {rate:g}/s ({run.controller.settings}: {budget})")
+            names = [f"{label}-{i:05d}" for i in range(n)]
+            mark = run.mark()
+            run.backend.submit([trainjob(name) for name in names], rate=rate)
+            if not run.wait_jobsets(names, timeout=300):
+                print(f"  only {len(run.jobset)} of {n} JobSets after 300 s")
+            latencies = run.latencies(names)
+            print(latency_line("creation to JobSet", latencies))
+            p99 = percentile(latencies, 99) if len(latencies) == n else float("inf")
+            figures.rows[f"{label}: creation to JobSet p99 at {rate:g}/s"] = f"{p99:.2f} s"
+            self.target(
+                run,
+                controller,
+                Target(
+                    f"creation to JobSet p99 at {rate:g}/s",
+                    round(p99, 3),
+                    limit,
+                    " s",
+                    f"client QPS {qps:g}, burst {burst}" if controller == "ours" else "",
+                ),
+            )
+            made = [name for name in names if name in run.jobset]
+            if made:
+                self.writes_target(run, controller, figures, label, writes_until_jobset(run, made, mark))
+        finally:
+            run.stop()
+
+    def states(self, backend_name: str, controller: str, figures: Figures) -> None:
+        args = self.args
+        run = self.start(
+            backend_name, controller, pods=3 * 3 * args.state_count, qps=50.0, burst=100, workers=4
+        )
+        try:
+            print(f"\n== states: {args.state_count} TrainJobs per state, requests per TrainJob")
+            print(
+                f"  {'state':<28} {'reconciles':>10} {'requests':>9} {'writes':>7} {'events':>7}"
+                + (f"   {'upstream: req':>13} {'writes':>7}" if controller == "ours" else "")
+            )
+            groups = [
+                ("torch, suspended", "torch-distributed", True, upstream.TORCH),
+                ("MPI (DeepSpeed), running", "deepspeed-distributed", False, upstream.MPI),
+                ("MPI (DeepSpeed), suspended", "deepspeed-distributed", True, upstream.MPI),
+            ]
+            for label, runtime, suspend, shape in groups:
+                slug = re.sub(r"[^a-z]+", "-", label.lower()).strip("-")
+                names = [f"{slug}-{i:04d}" for i in range(args.state_count)]
+                mark = run.mark()
+                before = run.controller.reconciles()
+                run.backend.submit([trainjob(name, runtime, suspend=suspend) for name in names])
+                run.wait_jobsets(names, timeout=300)
+                run.wait_quiet(3.0)
+                n = len(names)
+                records = run.records(mark)
+                by_kind, _ = per_trainjob(records, set(names))
+                after = run.controller.reconciles()
+                ours = sum(by_kind.values()) / n
+                figures.rows[f"states: requests per TrainJob, {label}"] = f"{ours:.2f}"
+                if before is None or after is None:
+                    print(
+                        f"  {label:<28} {'n/a':>10} {ours:>9.2f} {by_kind['writes'] / n:>7.2f} "
+                        f"{by_kind['events'] / n:>7.2f}"
+                    )
+                    continue
+                reconciles = (after - before) / n
+                status_writes = sum(1 for r in records if r.subresource == "status" and r.verb == "patch") / n
+                up = upstream.lifecycle(
+                    shape, suspended=suspend, reconciles=reconciles, status_writes=status_writes
+                )
+                print(
+                    f"  {label:<28} {reconciles:>10.2f} {ours:>9.2f} {by_kind['writes'] / n:>7.2f} "
+                    f"{by_kind['events'] / n:>7.2f}   {up.total:>13.2f} {up.writes:>7.2f}"
+                )
+        finally:
+            run.stop()
+
+
+def side_by_side(all_figures: list[Figures]) -> None:
+    rows: list[str] = []
+    for figures in all_figures:
+        rows += [row for row in figures.rows if row not in rows]
+    width = max((len(r) for r in rows), default=10)
+    columns = [max(len(f.label), 12) for f in all_figures]
+    print("\n== side by side")
+    print(
+        f"  {'':<{width}}  " + "  ".join(f"{f.label:>{w}}" for f, w in zip(all_figures, columns, strict=True))
+    )
+    for row in rows:
+        cells = [f.rows.get(row, "-") for f in all_figures]
+        print(f"  {row:<{width}}  " + "  ".join(f"{c:>{w}}" for c, w in zip(cells, columns, strict=True)))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", choices=("real", "standin", "both"), default="real")
+    parser.add_argument(
+        "--controller",
+        action="append",
+        help="'ours' (default) or a command run instead of our operator, {kubeconfig} substituted; repeatable",
+    )
     parser.add_argument("--trainjobs", type=int, default=1000, help="TrainJobs submitted at once")
     parser.add_argument("--steady", type=float, default=60.0, help="seconds of steady state")
     parser.add_argument("--rate", type=float, default=20.0, help="TrainJobs per second in the rate phase")
-    parser.add_argument("--rate-count", type=int, default=200, help="TrainJobs in the rate phase")
+    parser.add_argument(
+        "--fast-rate", type=float, default=100.0, help="TrainJobs per second in the fast phase"
+    )
+    parser.add_argument("--rate-count", type=int, default=200, help="TrainJobs in each rate phase")
     parser.add_argument("--state-count", type=int, default=50, help="TrainJobs per state in the states phase")
-    parser.add_argument("--qps", type=float, default=1000.0, help="client QPS in the burst phase")
-    parser.add_argument("--burst", type=int, default=2000, help="client burst in the burst phase")
-    parser.add_argument("--workers", type=int, default=16, help="reconcile workers in the burst phase")
-    parser.add_argument("--phases", default="burst,rate,states", help="comma-separated phases to run")
+    parser.add_argument("--qps", type=float, default=1000.0, help="our client QPS in the burst phase")
+    parser.add_argument("--burst", type=int, default=2000, help="our client burst in the burst phase")
+    parser.add_argument("--workers", type=int, default=16, help="our reconcile workers in the burst phase")
+    parser.add_argument("--fast-qps", type=float, default=300.0, help="our client QPS in the fast phase")
+    parser.add_argument("--fast-burst", type=int, default=600, help="our client burst in the fast phase")
+    parser.add_argument("--fast-workers", type=int, default=8, help="our reconcile workers in the fast phase")
+    parser.add_argument("--phases", default="burst,rate,fast,states", help="comma-separated phases to run")
     args = parser.parse_args(argv)
     phases = set(args.phases.split(","))
+    backends = ("standin", "real") if args.backend == "both" else (args.backend,)
+    controllers = args.controller or ["ours"]
 
     print(machine())
-    print("operator: `trainer run` in its own process; API server: trainer_sandbox.LocalAPIServer here")
-    print(upstream.DERIVATION)
+    print(f"backends: {', '.join(backends)}; controllers: {', '.join(controllers)}")
+    print("each controller runs as a user of its own bound to cluster-admin (ours included)")
+    if "ours" in controllers:
+        print(upstream.DERIVATION)
     report = Report()
+    all_figures: list[Figures] = []
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:
-        if "burst" in phases:
-            cluster = Cluster(Path(tmp) / "burst", qps=args.qps, burst=args.burst, workers=args.workers)
-            try:
-                phase_burst(args, report, cluster)
-            finally:
-                cluster.stop()
-            # The API server stand-in runs in this process: collect the burst's server now, so
-            # that a collection of its 600,000 objects does not pause the next phase's server.
-            del cluster
-            gc.collect()
-        if phases & {"rate", "states"}:
-            # The defaults of Configuration: what a cluster gets without tuning.
-            cluster = Cluster(Path(tmp) / "default", qps=50, burst=100, workers=4)
-            try:
+        bench = Bench(args, report, Path(tmp))
+        for backend in backends:
+            for controller in controllers:
+                label = f"{'ours' if controller == 'ours' else 'other'} ({BACKEND_NAMES[backend]})"
+                print(f"\n##### {label}: {controller}")
+                figures = Figures(label)
+                all_figures.append(figures)
+                if "burst" in phases:
+                    bench.burst(backend, controller, figures)
                 if "rate" in phases:
-                    phase_rate(args, report, cluster)
+                    bench.rate(backend, controller, figures, fast=False)
+                if "fast" in phases:
+                    bench.rate(backend, controller, figures, fast=True)
                 if "states" in phases:
-                    phase_states(args, cluster)
-            finally:
-                cluster.stop()
+                    bench.states(backend, controller, figures)
+    if len(all_figures) > 1:
+        side_by_side(all_figures)
     return report.summary()
 
 

@@ -6,6 +6,10 @@ scripts' own target lines are, when someone runs them at full size.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -41,17 +45,69 @@ def test_render_cold_start() -> None:
     assert "TARGET render cold start" in out
 
 
+TINY = ("--trainjobs", "5", "--steady", "0.5", "--rate", "10", "--fast-rate", "20", "--rate-count", "5")
+
+
 @pytest.mark.slow
-def test_operator_load() -> None:
-    out = run(
-        "operator_load.py",
-        *("--trainjobs", "5", "--steady", "0.5", "--rate", "10", "--rate-count", "5", "--state-count", "2"),
-    )
+def test_operator_load_on_the_standin() -> None:
+    out = run("operator_load.py", "--backend", "standin", *TINY, "--state-count", "2")
     for figure in (
         "every JobSet exists",
         "steady state",
         "peak RSS",
-        "creation to JobSet p99",
+        "TARGET [stand-in] creation to JobSet p99 at 10/s",
+        "TARGET [stand-in] creation to JobSet p99 at 20/s",
         "MPI (DeepSpeed), running",
     ):
         assert figure in out, out
+
+
+@pytest.mark.slow
+def test_operator_load_on_the_real_control_plane() -> None:
+    if shutil.which("go") is None and not os.environ.get("CI"):
+        pytest.skip("go is not on PATH: the real control plane cannot be built")
+    out = run("operator_load.py", "--backend", "real", *TINY, "--phases", "burst,fast")
+    assert "TARGET [real] 5 TrainJobs at once: every JobSet exists" in out, out
+    assert "etcd database:" in out, out  # the real backend's own figure
+    assert re.search(r"creation to JobSet: p50 \d+ ms", out), out
+
+
+@pytest.mark.slow
+def test_operator_load_runs_another_controller_beside_ours(tmp_path: Path) -> None:
+    """Any command as the controller: here our own operator, started by command line, so the two
+    columns are the same program run twice by two routes."""
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n"
+        "webhook: {enabled: false}\n"
+        f"metrics: {{bindAddress: '127.0.0.1:{free_port()}'}}\n"
+        f"health: {{healthProbeBindAddress: '127.0.0.1:{free_port()}'}}\n"
+    )
+    trainer = Path(sys.executable).parent / "trainer"
+    command = f"env KUBECONFIG={{kubeconfig}} {trainer} run --config {config}"
+    out = run(
+        "operator_load.py",
+        "--backend",
+        "standin",
+        "--controller",
+        "ours",
+        "--controller",
+        command,
+        *TINY,
+        "--phases",
+        "burst",
+    )
+    assert "##### other (stand-in): " in out, out
+    assert "(not a target for another controller) TARGET [stand-in] 5 TrainJobs at once" in out, out
+    table = out[out.index("== side by side") :]
+    header = table.splitlines()[1]
+    assert "ours (stand-in)" in header and "other (stand-in)" in header, table
+    burst_row = next(line for line in table.splitlines() if "burst: every JobSet exists" in line)
+    assert len(re.findall(r"\d+\.\d s", burst_row)) == 2, burst_row
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
