@@ -279,9 +279,30 @@ class TestNumbers:
             "ratio: Invalid value: 2000000.25: ratio in body should be less than or equal to 1e+06",
         ]
 
-    def test_int32_format_is_not_range_checked(self) -> None:
-        # apiextensions strips int32/int64 formats from CRD schemas before validating.
-        assert check(trainjob_schema(), trainjob(trainer={"numNodes": 2**40})) == []
+    def test_numbers_must_fit_their_type_and_format(self) -> None:
+        # kube-apiserver 1.36 (kube-openapi's range check): at the root, with an empty value, and
+        # the CEL rules still run (numProcPerNode's rule refuses 0 beside the range error).
+        assert check(trainjob_schema(), trainjob(trainer={"numNodes": 2**40, "numProcPerNode": 0})) == [
+            '<nil>: Invalid value: "": Checked value must be of type integer with format int32 in'
+            " spec.trainer.numNodes",
+            'spec.trainer.numProcPerNode: Invalid value: "integer": numProcPerNode must be greater than or equal to 1',
+        ]
+        assert check(trainjob_schema(), trainjob(trainer={"numNodes": 2**31 - 1})) == []
+        schema = {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}, "f": {"type": "number", "format": "float"}},
+        }
+        assert check(schema, {"n": 2**63, "f": 1e39}) == [
+            '<nil>: Invalid value: "": Checked value must be of type integer (default format) in n',
+            '<nil>: Invalid value: "": Checked value must be of type number with format float in f',
+        ]
+
+    def test_an_integral_float_in_an_integer_field_is_no_int_to_cel(self) -> None:
+        """JSON's 1.0 passes the type check of an integer field, but CEL sees a float64 there."""
+        assert check(trainjob_schema(), trainjob(trainer={"numProcPerNode": 1.0})) == [
+            'spec.trainer.numProcPerNode: Invalid value: "integer": invalid data, expected int, got float64'
+            " evaluating rule: numProcPerNode must be greater than or equal to 1",
+        ]
 
 
 class TestStrings:
@@ -1035,7 +1056,7 @@ class TestObjectMeta:
             "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
         )
         assert errors[1].startswith(
-            'metadata.labels[k]: Invalid value: "-v": a valid label must be an empty string'
+            'metadata.labels: Invalid value: "-v": a valid label must be an empty string'
         )
         assert errors[2] == "metadata.annotations: Too long: may not be more than 262144 bytes"
         assert len(errors) == 3

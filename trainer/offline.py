@@ -147,7 +147,9 @@ class OfflineCluster:
         kind = str(obj.get("kind", ""))
         if not self._metadata_ok(kind, obj):
             return
-        meta = obj.setdefault("metadata", {})
+        if obj.get("metadata") is None:
+            obj["metadata"] = {}  # decoded into ObjectMeta, null is empty
+        meta = obj["metadata"]
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = generated_name(meta["generateName"], len(self.applied))
         name = str(meta.get("name", ""))

@@ -88,3 +88,40 @@ def test_the_webhooks_run_on_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> 
     # The review itself still works: the runtime is unknown to the empty cache, so it is refused.
     assert response["response"]["allowed"] is False, response
     assert "torch-distributed" in response["response"]["status"]["message"], response
+
+
+def test_the_validator_leaves_the_schema_and_cel_to_the_api_server() -> None:
+    """The API server checks the CRD schema and its CEL rules before it calls the validating
+    webhook, so the webhook runs only its own rules (``Mode.WEBHOOK``): a field our schema copy
+    does not know and a CEL violation pass it, while a rule of its own still refuses."""
+    from importlib import resources
+
+    import yaml
+
+    operator = Operator(Configuration())
+    runtime = yaml.safe_load(
+        resources.files("trainer.runtimes").joinpath("torch_distributed.yaml").read_text()
+    )
+    operator.cache.observe(runtime)
+    beyond_the_schema: Obj = {
+        **TRAINJOB,
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            # CEL: numProcPerNode must be greater than or equal to 1; managedBy is an enum-like rule.
+            "trainer": {"numProcPerNode": 0, "fieldOfAFutureVersion": True},
+            "managedBy": "example.com/elsewhere",
+        },
+    }
+    response = asyncio.run(_review(operator, beyond_the_schema))
+    assert response["response"]["allowed"] is True, response
+
+    reserved: Obj = {
+        **TRAINJOB,
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"env": [{"name": "PET_NODE_RANK", "value": "0"}]},
+        },
+    }
+    response = asyncio.run(_review(operator, reserved))
+    assert response["response"]["allowed"] is False, response
+    assert "PET_NODE_RANK" in response["response"]["status"]["message"], response

@@ -1,19 +1,28 @@
 """Admission of trainer objects: what the API server and our webhooks together accept.
 
-One pipeline serves ``trainer render``, the operator's webhooks and the local API server:
-hints for seed-style mistakes, then the CRD schema (unknown fields, defaults, OpenAPI and CEL
-rules, transition rules on update), then the webhook rules (the runtime exists, plugin rules).
+One pipeline, in two modes (:class:`Mode`; docs/architecture.md, Admission). ``FULL`` is what a
+cluster does as a whole, for ``trainer render``: ObjectMeta decoding, strict decoding (unknown
+fields), nulls dropped, CRD defaults, the defaulting webhook, ObjectMeta, OpenAPI and CEL rules
+(transition rules on update), then the webhook rules (the runtime exists, plugin rules); hints
+for seed-style mistakes reword the refusal. ``WEBHOOK`` is the operator's validating webhook: the
+API server has decoded the object, applied the CRD's defaults, run the mutating webhooks and
+checked the schema and its CEL rules before it calls us, so only the rules no CRD can state
+remain (Go integer decoding, the runtime lookup, plugin rules, update rules outside CEL). Running
+our copy of the schema there again could only refuse what the server accepted.
 """
 
 from __future__ import annotations
 
 import copy
+import enum
+import json
+from typing import Any
 
 from trainer.admission.hints import api_version_hint, hints
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.apimachinery import structural
-from trainer.apimachinery.errors import AdmissionError, FieldError, invalid, required
+from trainer.apimachinery.errors import AdmissionError, FieldError, invalid
 from trainer.apimachinery.openapi import schemas
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts, PluginError, ValidationContext
@@ -26,27 +35,93 @@ _ANCESTOR_CONTAINERS = {
 }
 
 
+class Mode(enum.Enum):
+    """Which stages of the pipeline run (the module's docstring)."""
+
+    FULL = "full"  # offline: everything a cluster's API server and our webhooks do
+    WEBHOOK = "webhook"  # after the API server: only what our webhooks alone can check
+
+    @property
+    def checks_schema(self) -> bool:
+        """Hints, metadata decoding, unknown fields, CRD defaults, defaulting, OpenAPI and CEL."""
+        return self is Mode.FULL
+
+
 def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
-    """Refuse unknown fields, apply CRD defaults, check OpenAPI and CEL rules; return the object."""
+    """What the API server does with a custom resource, in its order; return the object to store.
+
+    Strict decoding (unknown fields, in ``metadata`` too), nulls of non-nullable fields dropped,
+    CRD defaults, the defaulting webhook, then one validation stage: ObjectMeta (a name, a DNS
+    subdomain; labels and annotations), the OpenAPI schema and the CEL rules (transition rules on
+    update). ``hints`` reword an error of the stage that refuses (``admit``).
+    """
     kind = obj.get("kind", "")
     schema = schemas()[kind]
-    errors = hints(obj)
-    if errors:
-        raise AdmissionError(errors)
-    unknown = structural.unknown_fields(schema, obj)
+    unknown = structural.unknown_meta_fields(obj) + structural.unknown_fields(schema, obj)
     if unknown:
         raise AdmissionError(
             [
                 FieldError(path.lstrip("."), "Invalid value", f'unknown field "{path.lstrip(".")}"')
-                for path in unknown
+                for path in sorted(unknown)
             ]
         )
-    admitted: Obj = structural.apply_defaults(schema, copy.deepcopy(obj))
+    admitted: Obj = copy.deepcopy(obj)
+    if admitted.get("metadata") is None:
+        admitted["metadata"] = {}  # decoded into ObjectMeta: null is empty
+    meta = admitted["metadata"]
+    if not isinstance(meta, dict):  # check_metadata refuses it first
+        raise AdmissionError([invalid("metadata", meta, "must be an object")])
+    for key in ("labels", "annotations"):
+        values = meta.get(key)
+        if isinstance(values, dict):
+            # ObjectMeta is decoded into Go structs, where a null string is the empty string.
+            meta[key] = {k: "" if v is None else v for k, v in values.items()}
+    structural.drop_non_nullable_nulls(schema, admitted)
+    structural.apply_defaults(schema, admitted)
+    before = copy.deepcopy(admitted)
     default_object(admitted, old, now)
-    errors = structural.validate(schema, admitted, old)
+    if admitted != before:
+        # The API server applies a mutating webhook's patch to the object encoded as JSON and
+        # decodes the result: Go writes an integral float64 as an integer (1.0 as 1), so from
+        # there on the integer fields' CEL rules see an int where they would see a float64.
+        admitted = _integral_floats_as_ints(admitted)
+    meta_errors = structural.validate_object_meta(admitted["metadata"], require_name=True)
+    errors = structural.validate(schema, admitted, old, meta=meta_errors)
     if errors:
         raise AdmissionError(errors)
     return admitted
+
+
+def _integral_floats_as_ints(value: Any) -> Any:
+    """``value`` as Go's encoding/json writes it and decodes it again: a float that is an integer
+    (and not written in exponent form, below 1e21) comes back an integer."""
+    if isinstance(value, float):
+        return int(value) if value.is_integer() and abs(value) < 1e21 else value
+    if isinstance(value, dict):
+        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral_floats_as_ints(v) for v in value]
+    return value
+
+
+def with_hints(errors: list[FieldError], hinted: list[FieldError]) -> list[FieldError]:
+    """``errors`` with each one at a hinted field (or at a parent of one) told what to write.
+
+    The hints (docs/decisions.md §7) reword the refusal of whichever stage refuses first: the field
+    paths stay those the API server and the webhooks name.
+    """
+    if not hinted:
+        return errors
+    out: list[FieldError] = []
+    for error in errors:
+        hint = next((h for h in hinted if h.path == error.path or h.path.startswith(error.path + ".")), None)
+        if hint is None:
+            out.append(error)
+        elif hint.path == error.path:
+            out.append(hint)
+        else:
+            out.append(FieldError(error.path, hint.type, f"{hint.path}: {hint.detail}", hint.value))
+    return out
 
 
 def default_object(obj: Obj, old: Obj | None, now: str) -> None:
@@ -116,20 +191,16 @@ def check_version(obj: Obj) -> None:
 
 
 def check_metadata(obj: Obj) -> None:
-    """ObjectMeta as the API server decodes it, before anything reads it: types and a name."""
+    """ObjectMeta as the API server decodes it (into Go structs), before anything reads it: the
+    types of the fields we read, named as the decoder names them. A null string is the empty
+    string there; the name itself is checked with the schema (``check_schema``)."""
     meta = obj.get("metadata")
     if meta is None:
         meta = {}
     if not isinstance(meta, dict):
         raise AdmissionError([invalid("metadata", meta, "must be an object")])
     errors: list[FieldError] = []
-    name = meta.get("name")
-    if name is None or name == "":
-        if not meta.get("generateName"):
-            errors.append(required("metadata.name", "name or generateName is required"))
-    elif not isinstance(name, str):
-        errors.append(invalid("metadata.name", name, "must be a string"))
-    for key in ("namespace", "generateName"):
+    for key in ("name", "namespace", "generateName"):
         if meta.get(key) is not None and not isinstance(meta[key], str):
             errors.append(invalid(f"metadata.{key}", meta[key], "must be a string"))
     for key in ("labels", "annotations"):
@@ -140,25 +211,44 @@ def check_metadata(obj: Obj) -> None:
             errors.append(invalid(f"metadata.{key}", values, "must be a map of strings to strings"))
             continue
         errors += [
-            invalid(f"metadata.{key}[{k}]", v, "must be a string")
+            invalid(f"metadata.{key}", v, f"the value of {json.dumps(k)} must be a string")
             for k, v in values.items()
-            if not isinstance(v, str)
+            if v is not None and not isinstance(v, str)
         ]
     if errors:
         raise AdmissionError(errors)
 
 
-def admit(obj: Obj, old: Obj | None, facts: Facts, framework: Framework, now: str) -> tuple[Obj, list[str]]:
+def admit(
+    obj: Obj, old: Obj | None, facts: Facts, framework: Framework, now: str, mode: Mode = Mode.FULL
+) -> tuple[Obj, list[str]]:
     """Admit a create (``old`` None) or an update at ``now``; return the stored form and warnings.
 
-    Raises AdmissionError with every reason found.
+    In ``Mode.WEBHOOK`` ``obj`` is what the API server sends a validating webhook (decoded,
+    defaulted, mutated, schema and CEL checked); it is returned as it came. Raises
+    AdmissionError with every reason found.
     """
-    check_version(obj)
-    check_metadata(obj)
-    admitted = check_schema(obj, old, now)
+    if not mode.checks_schema:
+        return _webhook_rules(old, facts, framework, obj)
+    hinted = hints(obj)
+    try:
+        check_version(obj)
+        check_metadata(obj)
+        admitted = check_schema(obj, old, now)
+        return _webhook_rules(old, facts, framework, admitted)
+    except AdmissionError as exc:
+        if not hinted:
+            raise
+        raise AdmissionError(with_hints(exc.errors, hinted), exc.warnings) from None
+
+
+def _webhook_rules(
+    old: Obj | None, facts: Facts, framework: Framework, admitted: Obj
+) -> tuple[Obj, list[str]]:
+    """The webhooks' own rules, on the object the API server's stages made."""
     kind = admitted["kind"]
     # Upstream's webhooks decode the object into Go structs, where an integer that does not fit
-    # its int32 or int64 field fails (the API server itself stores it): refuse it here too.
+    # its int32 or int64 field fails. A 1.36 API server refuses it first; an older one stores it.
     overflows = structural.integer_overflows(schemas()[kind], admitted)
     if overflows:
         raise AdmissionError(overflows)

@@ -33,8 +33,9 @@ Known differences from kube-apiserver:
 * Formats: ``date-time``, ``date``, ``byte``, ``uuid*``, ``ipv4``, ``ipv6``, ``cidr``, ``mac``,
   ``bsonobjectid``, ``hexcolor``, ``ssn`` and ``password`` are checked; ``uri``, ``email``,
   ``hostname``, ``isbn*``, ``creditcard``, ``rgbcolor`` and ``duration`` are accepted unchecked.
-  Like the API server, ``int32``/``int64``/``float``/``double`` are not range-checked: Kubernetes
-  strips those formats from CRD schemas before validating.
+  A number outside the range of its type and format (``int32``, else ``int64`` for an integer;
+  ``float`` for a number) is refused as kube-apiserver 1.36 refuses it (``<nil>: Checked value
+  must be of type integer with format int32 in PATH``, not blocking the CEL rules).
   ``ipv4``/``ipv6``/``cidr`` use Python's ``ipaddress``, which may differ from Go's parser in
   corner cases.
 * ``anyOf``/``oneOf`` report the failing branch with the fewest errors, where kube-openapi picks
@@ -155,6 +156,38 @@ def unknown_fields(schema: Schema, obj: Any) -> list[str]:
     return _unknown(schema, obj, remove=False)
 
 
+# The fields of ObjectMeta (k8s.io/apimachinery/pkg/apis/meta/v1), as its JSON names them.
+_OBJECT_META_FIELDS: Final = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
+
+
+def unknown_meta_fields(obj: Any) -> list[str]:
+    """The fields of a resource's own ``metadata`` that ObjectMeta does not have, as
+    ``.metadata.x`` (the API server decodes metadata into ObjectMeta: strict decoding refuses
+    them, and otherwise they are dropped)."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return []
+    return sorted(f".metadata.{k}" for k in meta if k not in _OBJECT_META_FIELDS)
+
+
 def _unknown(schema: Schema, obj: Any, *, remove: bool) -> list[str]:
     found: list[str] = []
     _prune(obj, schema, "", found, remove, resource_root=True)
@@ -254,20 +287,21 @@ def drop_non_nullable_nulls(schema: Schema, obj: Any) -> list[str]:
 
 
 def _drop_nulls(x: Any, s: Schema, path: str, found: list[str]) -> None:
+    """apiextensions' PruneNonNullableNullsWithoutDefaults: properties and map values alike."""
     if isinstance(x, dict):
         props = s.get("properties") or _EMPTY
-        for k in [k for k, v in x.items() if v is None]:
-            prop = props.get(k)
-            if prop is not None and prop.get("default") is None and not prop.get("nullable"):
+        extra = s.get("additionalProperties")
+        extra = extra if isinstance(extra, Mapping) else None
+        for k in list(x):
+            prop = props.get(k, extra)
+            if prop is None:
+                continue
+            child = f"{path}.{k}" if path else k
+            if x[k] is None and prop.get("default") is None and not prop.get("nullable"):
                 del x[k]
-                found.append(f"{path}.{k}" if path else k)
-        extra = _additional(s)
-        for k, v in x.items():
-            prop = props.get(k)
-            if prop is not None:
-                _drop_nulls(v, prop, f"{path}.{k}" if path else k, found)
-            elif extra is not None:
-                _drop_nulls(v, extra, f"{path}.{k}" if path else k, found)
+                found.append(child)
+            else:
+                _drop_nulls(x[k], prop, child, found)
     elif isinstance(x, list):
         items = _items(s)
         if items is not None:
@@ -324,17 +358,21 @@ def _copy(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def validate(schema: Schema, obj: Any, old: Any = None, *, path: str = "") -> list[FieldError]:
+def validate(
+    schema: Schema, obj: Any, old: Any = None, *, path: str = "", meta: Sequence[FieldError] = ()
+) -> list[FieldError]:
     """Every error the API server would report for ``obj``, in its order and words.
 
     ``old`` is the stored object on update (None on create): it enables transition rules and
     ratcheting. ``path`` prefixes every path, for a caller that validates a part of an object.
+    ``meta`` are the errors of the object's own ObjectMeta (``validate_object_meta``): the API
+    server reports them first, and a blocking one (a missing name) stops the CEL rules too.
     Errors come in traversal order (schema property order), grouped as the API server groups
-    them: OpenAPI, embedded resources, list types, then CEL rules.
+    them: ObjectMeta, OpenAPI, embedded resources, list types, then CEL rules.
     """
     walk = _Walk(path)
     walk.walk(schema, obj, old, path, path, None, True)
-    errors = walk.schema_errors + walk.meta_errors
+    errors = [*meta, *walk.schema_errors, *walk.meta_errors]
     list_errors = walk.list_errors
     if list_errors and old is not None:
         # On update the list-type checks run only if the stored object passed them.
@@ -412,6 +450,7 @@ class _Walk:
             if kind == "string":
                 self._string(s, text, opath)
             elif kind == "integer" or kind == "number":
+                self._number_range(s, v, opath)
                 self._number(s, v, kind == "integer", opath)
         if self.rules:
             rules = s.get("x-kubernetes-validations")
@@ -636,6 +675,29 @@ class _Walk:
         if fmt and not _format_ok(fmt, text):
             self._type_invalid(opath, text, f"{opath} in body must be of type {fmt}: {_go_quote(text)}")
 
+    def _number_range(self, s: Schema, v: Any, opath: str) -> None:
+        """kube-openapi's range check of any number against its schema's type and format: an
+        ``integer`` field's value must be an integer within ``int32``, or else ``int64``; a
+        ``number`` with format ``float`` must fit a float32. Reported at the root with an empty
+        value; not blocking the CEL rules."""
+        types = _types(s)
+        if len(types) != 1:
+            return
+        fmt = s.get("format")
+        if types[0] == "integer":
+            fmt = fmt if fmt in ("int32", "int64") else ""
+            low, high = _INTEGER_RANGES[fmt or "int64"]
+            fits = (not isinstance(v, float) or v.is_integer()) and low <= v <= high
+            kind = f"integer with format {fmt}" if fmt else "integer (default format)"
+        elif types[0] == "number" and fmt == "float":
+            fits = abs(v) <= _FLOAT32_MAX
+            kind = "number with format float"
+        else:
+            return
+        if not fits:
+            detail = f"Checked value must be of type {kind} in {opath}"
+            self._add(FieldError(ROOT_PATH, INVALID, detail, ""))
+
     def _number(self, s: Schema, v: Any, is_int: bool, opath: str) -> None:
         """multipleOf, minimum, maximum; an integer is compared with the truncated bound, as Go does."""
         factor = s.get("multipleOf")
@@ -764,6 +826,11 @@ class _Walk:
             if transition and old is None:
                 continue  # transition rules need a value to compare with: update only
             activation = {"self": v} if old is None else {"self": v, "oldSelf": old}
+            if node_type == "integer" and isinstance(v, float):
+                # JSON's 1.0 passes an integer field's type check, but CEL gets a float64 there.
+                detail = f"invalid data, expected int, got float64 evaluating rule: {_rule_text(rule)}"
+                out.append(FieldError(at, INVALID, detail, node_type))
+                continue
             try:
                 result = program.evaluate(activation)
             except Exception as exc:  # a rule must never crash admission
@@ -1402,8 +1469,9 @@ def _string_map(values: Any, path: str, *, labels: bool) -> list[FieldError]:
             errors.append(FieldError(f"{path}[{key}]", INVALID, detail, kind))
             continue
         if labels:
+            # ValidateLabels names the map, not the entry, for a bad value (as for a bad key).
             for problem in _label_value(value):
-                errors.append(FieldError(f"{path}[{key}]", INVALID, problem, value))
+                errors.append(FieldError(path, INVALID, problem, value))
         size += len(key.encode()) + len(value.encode())
     if not labels and size > _MAX_ANNOTATIONS_BYTES:
         errors.append(FieldError(path, TOO_LONG, _too_long(_MAX_ANNOTATIONS_BYTES)))
@@ -1411,12 +1479,14 @@ def _string_map(values: Any, path: str, *, labels: bool) -> list[FieldError]:
 
 
 _INTEGER_RANGES = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+_FLOAT32_MAX = 3.4028234663852886e38
 
 
 def integer_overflows(schema: Schema, obj: Any, path: str = "") -> list[FieldError]:
     """Integers outside the range of their ``int32``/``int64`` format, as a typed decode refuses them.
 
-    Not an API server check (it ignores those formats): the webhooks' (see ``admit``).
+    The webhooks' check (see ``admit``): upstream's decode into Go structs. A 1.36 API server
+    refuses these first (``validate``), so on a cluster it is a second line only.
     """
     found: list[FieldError] = []
 

@@ -324,12 +324,19 @@ class Operator:
     # --- admission ---
 
     def validate(self, body: kopf.Body, old: kopf.Body | None, warnings: list[str]) -> None:
-        from trainer.admission.admit import admit
+        """The validating webhook. The API server checked the CRD schema and its CEL rules before
+        calling it, so only the rules no CRD states run here (``Mode.WEBHOOK``)."""
+        from trainer.admission.admit import Mode, admit
 
         obj = _plain(body)
         try:
             _, found = admit(
-                obj, _plain(old) if old is not None else None, self.cache, self.framework, utc_now()
+                obj,
+                _plain(old) if old is not None else None,
+                self.cache,
+                self.framework,
+                utc_now(),
+                mode=Mode.WEBHOOK,
             )
         except AdmissionError as exc:
             warnings.extend(exc.warnings)

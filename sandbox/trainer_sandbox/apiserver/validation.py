@@ -112,7 +112,8 @@ def validate(
         seen = {e.path for e in errors}
         errors.extend(e for e in builtin_rules(rt, obj) if e.path not in seen)
     elif rt.crd_schema is not None and _structural() is not None:
-        errors.extend(_structural().validate(rt.crd_schema, obj, old))
+        # ObjectMeta's errors go first, and a blocking one (a missing name) stops the CEL rules.
+        errors = _structural().validate(rt.crd_schema, obj, old, meta=errors)
     if errors:
         name = (obj.get("metadata") or {}).get("name", "")
         raise invalid_error(rt.kind, rt.group, name, errors)
