@@ -279,6 +279,9 @@ def test_status_from_jobset_conditions_and_jobs() -> None:
     )
     outcome = reconcile(tj, facts, framework.default(), "2026-01-02T00:00:00Z")
     assert outcome.status == {
+        # docs/decisions.md §ttl: started when first rendered; completed when its JobSet did.
+        "startTime": "1970-01-01T00:00:00Z",
+        "completionTime": "2026-01-01T00:00:00Z",
         "conditions": [
             {
                 "type": "Complete",
@@ -315,7 +318,8 @@ def test_missing_runtime_is_retryable_status_and_recovers() -> None:
     recovered = reconcile(
         tj, _facts_with(runtime(ml_policy=TORCH)), framework.default(), "2026-01-01T00:01:00Z"
     )
-    assert "status" not in tj or recovered.status == {}
+    # ReconcileFailed is gone, and it runs from the reconcile that built it (docs/decisions.md §ttl).
+    assert recovered.status == {"startTime": "2026-01-01T00:01:00Z"}
     assert {o["kind"] for o in recovered.objects} == {"JobSet", "ConfigMap"}
 
 
@@ -512,7 +516,9 @@ def test_a_jobset_given_after_its_trainjob_reaches_the_trainjob_status() -> None
     unrelated = copy.deepcopy(built)
     unrelated["metadata"]["name"] = "other"
     cluster = render(rt, trainjob(), unrelated)
-    assert "status" not in only(cluster, "TrainJob"), "a JobSet of another name is not this TrainJob's"
+    assert "conditions" not in only(cluster, "TrainJob")["status"], (
+        "a JobSet of another name is not this TrainJob's"
+    )
     cluster.apply(built)
     status = only(cluster, "TrainJob")["status"]
     assert [(c["type"], c["reason"]) for c in status["conditions"]] == [("Failed", "FailedJobs")]

@@ -76,6 +76,8 @@ class OfflineCluster:
     refusals: list[Refusal] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # docs/decisions.md §ttl: each TrainJob's effective TTL, as of its last reconcile here.
+    lifetimes: dict[tuple[str, str], str] = field(default_factory=dict)
 
     def load_default_runtimes(self) -> None:
         import yaml
@@ -229,9 +231,29 @@ class OfflineCluster:
             admitted["status"] = outcome.status
         else:
             admitted.pop("status", None)
+        self._note_lifetime(admitted, outcome.expired)
         self.warnings.extend(
             f"Warning: {e.reason}: {e.message}" for e in outcome.events if e.type == "Warning"
         )
+
+    def _note_lifetime(self, trainjob: Obj, expired: bool) -> None:
+        from trainer.runtime.render import effective, finished_at, run_policy
+
+        meta = trainjob["metadata"]
+        key = (meta["namespace"], meta["name"])
+        own = (trainjob.get("spec") or {}).get("ttlSecondsAfterFinished")
+        ttl = effective(
+            trainjob, {} if own is not None else run_policy(trainjob, self.facts), "ttlSecondsAfterFinished"
+        )
+        if ttl is None:
+            self.lifetimes.pop(key, None)
+            return
+        where = "its own" if own is not None else "its runtime's runPolicy"
+        line = f"Note: TrainJob {key[0]}/{key[1]}: ttlSecondsAfterFinished {ttl} ({where}): deleted {ttl} s after it finishes"
+        finished = finished_at(trainjob.get("status") or {})
+        if finished is not None:
+            line += f"; finished at {finished}" + (", so it is due for deletion at --now" if expired else "")
+        self.lifetimes[key] = line
 
     def _trainjob_of(self, fact: Obj) -> Obj | None:
         """The applied TrainJob a cluster object belongs to, as the operator's watches map it:

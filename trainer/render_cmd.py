@@ -62,7 +62,7 @@ def run_render(args: argparse.Namespace) -> int:
         cluster.load_default_runtimes()
     for obj in objects:
         cluster.apply(obj)
-    for line in [*cluster.notes, *cluster.warnings]:
+    for line in [*cluster.notes, *cluster.lifetimes.values(), *cluster.warnings]:
         print(line, file=sys.stderr)
     if cluster.refusals:
         for refusal in cluster.refusals:

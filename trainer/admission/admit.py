@@ -22,7 +22,7 @@ from trainer.admission.hints import api_version_hint, hints
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.apimachinery import structural
-from trainer.apimachinery.errors import AdmissionError, FieldError, invalid
+from trainer.apimachinery.errors import AdmissionError, FieldError, forbidden, invalid
 from trainer.apimachinery.openapi import schemas
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts, PluginError, ValidationContext
@@ -288,6 +288,8 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
                         f"must contain the required container for the ancestor: {ancestor}",
                     )
                 )
+    lifetime_errors, warnings = _lifetime_rules(runtime_obj)
+    errors += lifetime_errors
     runtime = TrainingRuntime.view(runtime_obj)
     missing = framework.missing_for(runtime.spec)
     if missing:
@@ -297,15 +299,42 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
             )
         )
     if errors:
-        raise AdmissionError(errors)
+        raise AdmissionError(errors, warnings)
     meta = runtime_obj.get("metadata") or {}
     if (
         old is None
         and runtime_obj["kind"] == c.CLUSTER_TRAINING_RUNTIME_KIND
         and (meta.get("labels") or {}).get(c.SUPPORT_LABEL) == c.SUPPORT_DEPRECATED
     ):
-        return [deprecation_warning(meta.get("name"))]
-    return []
+        warnings.insert(0, deprecation_warning(meta.get("name")))
+    return warnings
+
+
+def _lifetime_rules(runtime_obj: Obj) -> tuple[list[FieldError], list[str]]:
+    """docs/decisions.md §ttl: a Job's own deadline is refused (the TrainJob's or runPolicy's counts);
+    a JobSet-level TTL stays valid, with a warning that the TrainJob's TTL is the one to use."""
+    errors: list[FieldError] = []
+    warnings: list[str] = []
+    jobset = ((runtime_obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    if not isinstance(jobset, dict):
+        return errors, warnings
+    for i, rjob in enumerate(jobset.get("replicatedJobs") or []):
+        job = ((rjob or {}).get("template") or {}).get("spec") or {}
+        if isinstance(job, dict) and job.get("activeDeadlineSeconds") is not None:
+            errors.append(
+                forbidden(
+                    f"spec.template.spec.replicatedJobs[{i}].template.spec.activeDeadlineSeconds",
+                    "a Job's own deadline is not allowed: set activeDeadlineSeconds on the TrainJob "
+                    "or in the runtime's runPolicy",
+                )
+            )
+    if jobset.get("ttlSecondsAfterFinished") is not None:
+        warnings.append(
+            "spec.template.spec.ttlSecondsAfterFinished removes only the JobSet once it finishes; the "
+            "TrainJob and its other children stay: use the TrainJob's ttlSecondsAfterFinished or the "
+            "runtime's runPolicy.ttlSecondsAfterFinished, which remove the TrainJob with all it made"
+        )
+    return errors, warnings
 
 
 def deprecation_warning(runtime_name: object) -> str:

@@ -136,9 +136,22 @@ class JobSetTemplateSpec(APIModel):
     spec: Annotated[dict[str, Any] | None, Schema(embed="JobSetSpec")] = None
 
 
+class RunPolicy(APIModel):
+    """Defaults for the runtime's TrainJobs, which their own fields override (ours, as upstream's
+    issue #4052 plans it: docs/decisions.md §ttl)."""
+
+    active_deadline_seconds: Annotated[int | None, Schema(format="int64", minimum=1)] = Field(
+        None, alias="activeDeadlineSeconds"
+    )
+    ttl_seconds_after_finished: Annotated[int | None, Schema(format="int32", minimum=0)] = Field(
+        None, alias="ttlSecondsAfterFinished"
+    )
+
+
 class TrainingRuntimeSpec(APIModel):
     ml_policy: MLPolicyField = Field(None, alias="mlPolicy")
     pod_group_policy: PodGroupPolicy | None = Field(None, alias="podGroupPolicy")
+    run_policy: RunPolicy | None = Field(None, alias="runPolicy")
     template: Annotated[JobSetTemplateSpec, Schema(min_properties=1)] = Field(
         default_factory=JobSetTemplateSpec
     )

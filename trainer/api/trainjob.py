@@ -205,6 +205,11 @@ class TrainJobSpec(APIModel):
     active_deadline_seconds: Annotated[int | None, Schema(format="int64", minimum=1, rules=(IMMUTABLE,))] = (
         Field(None, alias="activeDeadlineSeconds")
     )
+    # Ours, as upstream's issue #4052 plans it (docs/decisions.md §ttl): mutable, so a TTL can be
+    # set or changed after the TrainJob finished; 0 deletes it as soon as it finishes.
+    ttl_seconds_after_finished: Annotated[int | None, Schema(format="int32", minimum=0)] = Field(
+        None, alias="ttlSecondsAfterFinished"
+    )
 
 
 # --- status ---
@@ -257,6 +262,10 @@ class TrainerStatus(APIModel):
 
 
 class TrainJobStatus(APIModel):
+    # batch/v1 Job's meaning (docs/decisions.md §ttl): set when the TrainJob runs unsuspended,
+    # reset on resume; completionTime only when it completes successfully.
+    start_time: Annotated[str | None, Schema(format="date-time")] = Field(None, alias="startTime")
+    completion_time: Annotated[str | None, Schema(format="date-time")] = Field(None, alias="completionTime")
     conditions: Annotated[
         list[Condition] | None, Schema(max_items=8, list_type="map", map_keys=("type",))
     ] = None

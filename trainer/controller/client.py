@@ -390,9 +390,18 @@ class ApiClient:
         )
 
     async def delete(
-        self, rtype: ResourceType, namespace: str | None, name: str, *, propagation: str = "Background"
+        self,
+        rtype: ResourceType,
+        namespace: str | None,
+        name: str,
+        *,
+        propagation: str = "Background",
+        uid: str | None = None,
     ) -> Obj:
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        """Delete; with ``uid``, only that incarnation (a 409 if the name now holds another)."""
+        body: Obj = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
         return await self.request("DELETE", rtype.path(namespace, name), body)
 
     async def list(

@@ -209,7 +209,12 @@ class Reconciler:
         except ApiError:
             self._tell(trainjob, outcome, report, status_written=False)  # the children were written
             raise
+        if outcome.expired:
+            # docs/decisions.md §ttl: finished, and its TTL ran out.
+            await self.writer.delete_trainjob(trainjob, report)
         self._tell(trainjob, outcome, report)
+        if outcome.expired:
+            return Next.DONE
         if write_error is not None or outcome.error is not None:
             return Next.BACKOFF
         return After(outcome.requeue_after) if outcome.requeue_after is not None else Next.DONE

@@ -139,6 +139,19 @@ class Writer:
         self.cache.forget(kind, namespace, name)
         report.deleted.append((kind, namespace, name))
 
+    async def delete_trainjob(self, trainjob: Obj, report: WriteReport) -> None:
+        """Delete a TrainJob whose TTL ran out (its children go by garbage collection); the uid
+        precondition spares a new TrainJob that took the name meanwhile."""
+        meta = trainjob["metadata"]
+        namespace = meta.get("namespace") or "default"
+        try:
+            await self.client.delete(TRAINJOBS.type, namespace, meta["name"], uid=meta.get("uid"))
+        except ApiError as exc:
+            if exc.code not in (404, 409):
+                raise
+            return
+        report.deleted.append(("TrainJob", namespace, meta["name"]))
+
     async def write_status(
         self, trainjob: Obj, desired: Obj | None, report: WriteReport, *, wait: bool = True
     ) -> Obj | None:

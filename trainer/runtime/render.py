@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
@@ -18,7 +19,7 @@ from trainer.api.trainjob import TrainJob
 from trainer.runtime import conditions as cond
 from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
-from trainer.runtime.info import Facts, Info, PluginError
+from trainer.runtime.info import Facts, PluginError
 from trainer.runtime.snapshot import read_snapshot, snapshot_configmap, snapshot_name
 
 EVENT_RESOURCES_FAILED = "TrainJobResourcesCreationFailed"
@@ -44,6 +45,12 @@ class Outcome:
     requeue_after: float | None = None
     framework_label: str | None = None
     skipped: bool = False
+    # The TrainJob finished and its TTL has run out: it is to be deleted (its children go by
+    # garbage collection). Never set for an unfinished one.
+    expired: bool = False
+
+    def requeue_within(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
 
 class RuntimeNotFound(Exception):
@@ -115,18 +122,20 @@ def reconcile(
         return outcome
 
     finished = cond.is_finished(status)
+    runtime_obj: Obj | None = None
     if finished:
         # Nothing is reconciled any more, so nothing can fail to be (docs/decisions.md §4).
         cond.remove(conditions, c.COND_RECONCILE_FAILED)
     else:
         try:
-            _build(trainjob_obj, facts, framework, now, outcome, seed)
+            runtime_obj = _build(trainjob_obj, facts, framework, now, outcome, seed)
         except (PluginError, RuntimeNotFound) as exc:
             _record_failure(outcome, conditions, exc, now)
         else:
             cond.remove(conditions, c.COND_RECONCILE_FAILED)
 
     suspended = bool(spec.get("suspend"))
+    was_suspended = cond.is_true(conditions, c.COND_SUSPENDED)
     if suspended:
         cond.set_condition(
             conditions,
@@ -151,14 +160,114 @@ def reconcile(
         )
 
     _sync_jobset_status(trainjob_obj, status, facts, framework)
-    _check_deadline(trainjob_obj, status, outcome, now)
+    policy = _Policy(trainjob_obj, facts, runtime_obj)
+    _check_deadline(trainjob_obj, status, outcome, now, policy)
+    _set_times(
+        status, runs=not suspended and outcome.error is None, resumed=was_suspended and not suspended, now=now
+    )
+    _check_ttl(trainjob_obj, status, outcome, now, policy)
     outcome.status = _tidy(status)
     return outcome
 
 
+class _Policy:
+    """The runtime's ``runPolicy``, found only when a field the TrainJob leaves unset asks for it."""
+
+    def __init__(self, trainjob_obj: Obj, facts: Facts, runtime_obj: Obj | None) -> None:
+        self.trainjob_obj = trainjob_obj
+        self.facts = facts
+        self.runtime_obj = runtime_obj
+        self._policy: Obj | None = None
+
+    def get(self, field_name: str) -> Any:
+        if self._policy is None:
+            if self.runtime_obj is not None:
+                found = (self.runtime_obj.get("spec") or {}).get("runPolicy")
+                self._policy = found if isinstance(found, dict) else {}
+            else:
+                self._policy = run_policy(self.trainjob_obj, self.facts)
+        return self._policy.get(field_name)
+
+
+def run_policy(trainjob_obj: Obj, facts: Facts) -> Obj:
+    """The runtime's ``runPolicy``: from the snapshot the TrainJob was pinned to, else the live
+    runtime (before the first build), else none (docs/decisions.md §ttl)."""
+    meta = trainjob_obj.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    snapshot = facts.get("ConfigMap", namespace, snapshot_name(meta.get("name", "")))
+    runtime_obj: Obj | None = None
+    if snapshot is not None:
+        try:
+            runtime_obj = read_snapshot(snapshot, trainjob_obj)
+        except PluginError:
+            runtime_obj = None
+    if runtime_obj is None:
+        try:
+            runtime_obj = lookup_runtime(
+                facts, (trainjob_obj.get("spec") or {}).get("runtimeRef") or {}, namespace
+            )
+        except RuntimeNotFound:
+            return {}
+    policy = (runtime_obj.get("spec") or {}).get("runPolicy")
+    return policy if isinstance(policy, dict) else {}
+
+
+def effective(trainjob_obj: Obj, policy: _Policy | Obj, field_name: str) -> int | None:
+    """A TrainJob's own ``field_name`` if set, else its runtime's ``runPolicy`` default."""
+    value = (trainjob_obj.get("spec") or {}).get(field_name)
+    if value is None:
+        value = policy.get(field_name)
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _set_times(status: Obj, *, runs: bool, resumed: bool, now: str) -> None:
+    """batch/v1 Job's meaning: startTime when it first runs unsuspended (its children built) and
+    again on resume; completionTime when it completes, not when it fails (docs/decisions.md §ttl)."""
+    conditions: list[Obj] = status["conditions"]
+    finished = cond.is_finished(status)
+    if runs and not finished and (resumed or not status.get("startTime")):
+        status["startTime"] = now
+    complete = cond.find(conditions, c.COND_COMPLETE)
+    if complete is not None and complete.get("status") == "True" and not status.get("completionTime"):
+        status["completionTime"] = complete.get("lastTransitionTime") or now
+
+
+def finished_at(status: Obj) -> str | None:
+    """When the TrainJob finished: its first True terminal condition's transition time."""
+    times = [
+        str(found["lastTransitionTime"])
+        for type_ in (c.COND_COMPLETE, c.COND_FAILED)
+        if (found := cond.find(status.get("conditions") or [], type_)) is not None
+        and found.get("status") == "True"
+        and found.get("lastTransitionTime")
+    ]
+    return min(times, key=parse_time) if times else None
+
+
+def _check_ttl(trainjob_obj: Obj, status: Obj, outcome: Outcome, now: str, policy: _Policy) -> None:
+    """A finished TrainJob whose TTL ran out is deleted; until then, looked at again when it does.
+
+    Computed from the terminal condition's time each reconcile, so an operator restart loses
+    nothing; an unfinished TrainJob is never deleted, whatever its TTL.
+    """
+    finished = finished_at(status)
+    if finished is None:
+        return
+    ttl = effective(trainjob_obj, policy, "ttlSecondsAfterFinished")
+    if ttl is None:
+        return
+    expires = parse_time(finished) + timedelta(seconds=ttl)
+    remaining = (expires - parse_time(now)).total_seconds()
+    if remaining <= 0:
+        outcome.expired = True
+    else:
+        outcome.requeue_within(remaining)
+
+
 def _build(
     trainjob_obj: Obj, facts: Facts, framework: Framework, now: str, outcome: Outcome, seed: bytes | None
-) -> Info:
+) -> Obj:
+    """Build the children into ``outcome``; return the runtime they were built from."""
     meta = trainjob_obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     spec = trainjob_obj["spec"]
@@ -187,7 +296,7 @@ def _build(
     # Every object is built before any is written: a builder's error writes none of them.
     built_objects = [obj for built in hook.trainer_build(info=info) for obj in built or []]
     outcome.objects.extend(built_objects)
-    return info
+    return runtime_obj
 
 
 def _check_snapshot_runtime(runtime_obj: Obj) -> None:
@@ -240,11 +349,13 @@ def _sync_jobset_status(trainjob_obj: Obj, status: Obj, facts: Facts, framework:
         status.pop("jobsStatus", None)
 
 
-def _check_deadline(trainjob_obj: Obj, status: Obj, outcome: Outcome, now: str) -> None:
+def _check_deadline(trainjob_obj: Obj, status: Obj, outcome: Outcome, now: str, policy: _Policy) -> None:
     spec = trainjob_obj.get("spec") or {}
-    seconds = spec.get("activeDeadlineSeconds")
     conditions: list[Obj] = status["conditions"]
-    if not seconds or spec.get("suspend") or cond.is_finished(status):
+    if spec.get("suspend") or cond.is_finished(status):
+        return
+    seconds = effective(trainjob_obj, policy, "activeDeadlineSeconds")
+    if not seconds:
         return
     resumed = cond.find(conditions, c.COND_SUSPENDED)
     start_text = (
@@ -270,7 +381,7 @@ def _check_deadline(trainjob_obj: Obj, status: Obj, outcome: Outcome, now: str) 
         # Upstream applies the children, then deletes the JobSet; not creating it comes to the same.
         outcome.objects = [obj for obj in outcome.objects if obj.get("kind") != c.JOBSET_KIND]
     else:
-        outcome.requeue_after = max(1.0, (deadline - current).total_seconds())
+        outcome.requeue_within(max(1.0, (deadline - current).total_seconds()))
 
 
 def _tidy(status: Obj) -> Obj:
