@@ -62,7 +62,13 @@ from typing import Any, Protocol
 import upstream
 from benchlib import Report, Target, machine, percentile
 from trainer_sandbox.apiserver.audit import AuditRecord
-from trainer_sandbox.operator_process import OPERATOR_USER, OperatorProcess, _die_with_parent
+from trainer_sandbox.operator_process import (
+    OPERATOR_USER,
+    OperatorProcess,
+    _die_with_parent,
+    cpu_seconds,
+    proc_status,
+)
 
 Obj = dict[str, Any]
 SUBMITTER = "bench-user"
@@ -327,17 +333,10 @@ class Command:
         return None
 
     def memory_kib(self, field_name: str) -> int:
-        try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+        return proc_status(self.proc.pid, field_name)
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.proc.pid)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -764,9 +763,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--qps", type=float, default=1000.0, help="our client QPS in the burst phase")
     parser.add_argument("--burst", type=int, default=2000, help="our client burst in the burst phase")
     parser.add_argument("--workers", type=int, default=16, help="our reconcile workers in the burst phase")
-    parser.add_argument("--fast-qps", type=float, default=300.0, help="our client QPS in the fast phase")
-    parser.add_argument("--fast-burst", type=int, default=600, help="our client burst in the fast phase")
-    parser.add_argument("--fast-workers", type=int, default=8, help="our reconcile workers in the fast phase")
+    parser.add_argument("--fast-qps", type=float, default=1000.0, help="our client QPS in the fast phase")
+    parser.add_argument("--fast-burst", type=int, default=2000, help="our client burst in the fast phase")
+    parser.add_argument(
+        "--fast-workers", type=int, default=16, help="our reconcile workers in the fast phase"
+    )
     parser.add_argument("--phases", default="burst,rate,fast,states", help="comma-separated phases to run")
     args = parser.parse_args(argv)
     phases = set(args.phases.split(","))

@@ -134,6 +134,21 @@ def cluster(backend: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
         view.cleanup()
 
 
+@pytest.fixture
+def real(request: pytest.FixtureRequest) -> Iterator[RealCluster]:
+    """A namespace of the real control plane alone, for what only it can show (tokens bound to
+    objects, processes killed for real); skipped when --backend leaves it out."""
+    if "real" not in selected_backends(request.config):
+        why = _go_missing() if request.config.getoption("--backend") is None else "--backend=standin"
+        pytest.skip(f"needs the real control plane ({why})")
+    plane: RealCluster = request.getfixturevalue("control_plane")
+    view = plane.for_test(_namespace_for(request.node.name))
+    try:
+        yield view
+    finally:
+        view.cleanup()
+
+
 def _namespace_for(test_name: str) -> str:
     """A namespace name of the test's own: readable, unique across a session, a valid DNS label."""
     import uuid

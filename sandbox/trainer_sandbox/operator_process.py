@@ -114,6 +114,23 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
+def proc_status(pid: int, field_name: str) -> int:
+    """A field of /proc/<pid>/status in kB (VmRSS, VmHWM); 0 where there is no /proc."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Server(Protocol):
     """What the child needs of a control plane: the stand-in, or the real one (``backends.Cluster``)."""
 
@@ -231,18 +248,10 @@ class OperatorProcess:
             return ""
 
     def proc_status(self, field_name: str) -> int:
-        """A field of /proc/<pid>/status in kB (VmRSS, VmHWM); 0 where there is no /proc."""
-        try:
-            for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-                if line.startswith(field_name + ":"):
-                    return int(line.split()[1])
-        except OSError:
-            pass
-        return 0
+        return proc_status(self.pid, field_name)
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pid)
 
     def __enter__(self) -> OperatorProcess:
         return self.start()

@@ -30,14 +30,13 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from backend_plugin import _go_missing, _namespace_for, selected_backends
 from chaos_checks import (
     CHILD_KEYS,
     JOBSETS,
@@ -83,20 +82,6 @@ class Form:
 
 SHORT = Form(trainjobs=60, actions=9, leader_kills=3, run_seconds=2, converge_timeout=300)
 LONG = Form(trainjobs=240, actions=30, leader_kills=8, run_seconds=3, converge_timeout=900)
-
-
-@pytest.fixture
-def real(request: pytest.FixtureRequest) -> Iterator[RealCluster]:
-    """A namespace of the real control plane (skipped when --backend leaves it out)."""
-    if "real" not in selected_backends(request.config):
-        why = _go_missing() if request.config.getoption("--backend") is None else "--backend=standin"
-        pytest.skip(f"needs the real control plane ({why})")
-    plane: RealCluster = request.getfixturevalue("control_plane")
-    view = plane.for_test(_namespace_for(request.node.name))
-    try:
-        yield view
-    finally:
-        view.cleanup()
 
 
 @pytest.fixture

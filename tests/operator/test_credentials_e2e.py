@@ -20,13 +20,11 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from backend_plugin import _go_missing, _namespace_for, selected_backends
 from operator_helpers import get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import RealCluster
 
@@ -82,20 +80,6 @@ print(json.dumps({{
     "status": {{"token": token, "expirationTimestamp": issued["status"]["expirationTimestamp"]}},
 }}))
 """
-
-
-@pytest.fixture
-def real(request: pytest.FixtureRequest) -> Iterator[RealCluster]:
-    """A namespace of the real control plane (skipped when --backend leaves it out)."""
-    if "real" not in selected_backends(request.config):
-        why = _go_missing() if request.config.getoption("--backend") is None else "--backend=standin"
-        pytest.skip(f"needs the real control plane's TokenRequest ({why})")
-    plane: RealCluster = request.getfixturevalue("control_plane")
-    view = plane.for_test(_namespace_for(request.node.name))
-    try:
-        yield view
-    finally:
-        view.cleanup()
 
 
 def _secret(cluster: RealCluster, name: str) -> None:
