@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import datetime
 import json
 import ssl
 import time
@@ -274,6 +275,17 @@ class RealCluster:
             self._cluster_scoped_created.append((obj["apiVersion"], obj["kind"], created["metadata"]["name"]))
         return created
 
+    def install(self, obj: Obj) -> None:
+        """Create ``obj`` as the admin to outlive the test (its cleanup leaves it); one that exists
+        already is left as it is. For what the control plane's other tests rely on."""
+        try:
+            self.http.request(
+                "POST", self._path(obj["apiVersion"], obj["kind"], self._namespace_of(obj)), obj
+            )
+        except APIError as exc:
+            if exc.code != 409:
+                raise
+
     def apply(self, obj: Obj, user: str = ADMIN, field_manager: str = "test", force: bool = True) -> Obj:
         path = self._path(obj["apiVersion"], obj["kind"], self._namespace_of(obj), obj["metadata"]["name"])
         query = urllib.parse.urlencode({"fieldManager": field_manager, "force": str(force).lower()})
@@ -316,6 +328,18 @@ class RealCluster:
         path = self._path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
         patched: Obj = self.http.request(
             "PATCH", path, patch, content_type="application/merge-patch+json", headers=self._as(user)
+        )
+        return patched
+
+    def json_patch(
+        self, api_version: str, kind: str, name: str, ops: builtins.list[Obj], namespace: str | None = None
+    ) -> Obj:
+        """A JSON patch (RFC 6902) as the admin: only the paths it names change."""
+        patched: Obj = self.http.request(
+            "PATCH",
+            self._path(api_version, kind, namespace, name),
+            ops,
+            content_type="application/json-patch+json",
         )
         return patched
 
@@ -540,4 +564,13 @@ def audit_record(event: Obj) -> AuditRecord | None:
         user_agent=str(event.get("userAgent", "")),
         status=code,
         mutated=verb in MUTATING_VERBS and 200 <= code < 300 and "dryRun=" not in uri,
+        time=_received(event),
     )
+
+
+def _received(event: Obj) -> float:
+    """When the server received the request (the stand-in's records carry their arrival too)."""
+    stamp = event.get("requestReceivedTimestamp")
+    if not isinstance(stamp, str):
+        return time.time()
+    return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()

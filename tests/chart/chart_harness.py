@@ -1,7 +1,23 @@
 """Helpers of the chart tests: render the chart with Helm 4 (helm-python-sdk, in process and offline),
-validate what it renders, install it into the local API server, and run the operator exactly as the
+validate what it renders, install it into a control plane, and run the operator exactly as the
 rendered Deployment would: its command, arguments and environment, its ServiceAccount's identity, and
 its mounted ConfigMap and Secret (written to a temporary directory that stands in for the volumes).
+
+The control plane is either backend (``trainer_sandbox.backends.Cluster``):
+
+- the stand-in, a fresh server per install: the webhooks' Service is mapped to the operator's
+  loopback port (``register_webhook_service``), and the chart's certificate is served as it is;
+- the real one built from ``cluster/`` (kube-apiserver with the RBAC authorizer): the operator runs
+  as the chart's ServiceAccount with a token from the TokenRequest API, so every call it makes is
+  authorized by the chart's ClusterRole and Roles. No pod runs it, so the Service leads nowhere: the
+  harness points each webhook of the chart's configurations at the operator's loopback port by
+  ``clientConfig.url`` (a JSON patch of that field: everything else, ``failurePolicy`` included,
+  stays as Helm wrote it), and makes 127.0.0.1, the pod's address here, one its certificate names.
+  An operator that keeps its own certificate (the chart's default) is given it as its
+  ``webhook.advertiseHost`` and writes the caBundle itself; a mounted certificate (cert-manager's,
+  the user's Secret) is re-issued in its Secret for that address, and the caBundle set to its CA.
+  Helm installs with ``--wait`` (its hooks need the CRDs served); with no Deployment controller on
+  this plane, the harness writes the Deployment's status once the operator is ready.
 """
 
 from __future__ import annotations
@@ -26,6 +42,8 @@ from typing import Any
 import helm_python as helm
 import yaml
 from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver.errors import APIError
+from trainer_sandbox.backends import Cluster, RealCluster
 
 from trainer.controller import rbac_audit
 
@@ -114,8 +132,24 @@ def port_values() -> Obj:
 # --- installing --------------------------------------------------------------------------------
 
 
-def install_prerequisites(server: LocalAPIServer, *, jobset: bool = True) -> None:
-    """What a cluster has before the chart: JobSet's CRD and the two PodGroup CRDs (gang schedulers)."""
+TRAINER_GROUP = "trainer.kubeflow.org"
+CRD_API = "apiextensions.k8s.io/v1"
+WEBHOOK_API = "admissionregistration.k8s.io/v1"
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+
+
+def install_prerequisites(server: Cluster, *, jobset: bool = True) -> None:
+    """What a cluster has before the chart: JobSet's CRD and the two PodGroup CRDs (gang schedulers).
+
+    The real control plane has them (and JobSet's controller) from its start, and also the trainer
+    CRDs, the default runtimes and the public ConfigMap its other tests use: those are the chart's to
+    install, so they are removed first (Helm adopts nothing it did not make) and put back by
+    :func:`restore_real_plane` after the release is gone.
+    """
+    if isinstance(server, RealCluster):
+        assert jobset, "the real control plane's JobSet CRD stays: its controller runs"
+        _remove_preinstalled(server)
+        return
     crds = ROOT / "sandbox" / "trainer_sandbox" / "crds"
     for path in sorted(crds.glob("*.json")):
         if not jobset and path.name.startswith("jobset"):
@@ -123,8 +157,63 @@ def install_prerequisites(server: LocalAPIServer, *, jobset: bool = True) -> Non
         server.create(json.loads(path.read_text()))
 
 
+def _trainer_crds(server: Cluster) -> list[Obj]:
+    return [
+        c for c in server.list(CRD_API, "CustomResourceDefinition") if c["spec"]["group"] == TRAINER_GROUP
+    ]
+
+
+def _remove_preinstalled(server: RealCluster) -> None:
+    from trainer_sandbox.sandbox import PUBLIC_CONFIGMAP, SYSTEM_NAMESPACE
+
+    with contextlib.suppress(APIError):
+        server.delete("v1", "ConfigMap", PUBLIC_CONFIGMAP, SYSTEM_NAMESPACE)
+    for crd in _trainer_crds(server):
+        server.delete(CRD_API, "CustomResourceDefinition", crd["metadata"]["name"], "")
+    wait_for("the trainer CRDs gone", lambda: not _trainer_crds(server), timeout=120)
+
+
+def restore_real_plane(server: RealCluster) -> None:
+    """What the real control plane's other tests expect: the trainer CRDs (kept by the uninstall),
+    the default runtimes and the public ConfigMap, as ``trainer_sandbox.cluster`` installs them."""
+    from trainer_sandbox.cluster import install
+
+    for crd in install.trainer_and_podgroup_crds():
+        if crd["spec"]["group"] == TRAINER_GROUP:
+            server.install(crd)
+    wait_for(
+        "the trainer CRDs established",
+        lambda: (
+            len(
+                [
+                    c
+                    for c in _trainer_crds(server)
+                    if any(
+                        k["type"] == "Established" and k["status"] == "True"
+                        for k in (c.get("status") or {}).get("conditions") or []
+                    )
+                ]
+            )
+            == 3
+        ),
+        timeout=60,
+    )
+    for obj in [*install.runtimes(), *install.public_configmap()]:
+
+        def created(obj: Obj = obj) -> bool:
+            try:
+                server.install(copy.deepcopy(obj))
+            except APIError as exc:
+                if exc.code == 404:  # a kind not served yet
+                    return False
+                raise
+            return True
+
+        wait_for(f"{obj['kind']} {obj['metadata']['name']} restored", created, timeout=60)
+
+
 @contextlib.contextmanager
-def helm_config(server: LocalAPIServer, directory: Path) -> Iterator[helm.Config]:
+def helm_config(server: Cluster, directory: Path) -> Iterator[helm.Config]:
     kubeconfig = server.write_kubeconfig(directory / "admin.kubeconfig")
     with helm.Config(kubeconfig_path=str(kubeconfig), namespace=NAMESPACE, storage_driver="memory") as cfg:
         yield cfg
@@ -146,7 +235,7 @@ def service_account_user(deployment: Obj) -> str:
 class OperatorProcess:
     """``trainer run`` started from a Deployment as the kubelet would start its container."""
 
-    server: LocalAPIServer
+    server: Cluster
     deployment: Obj
     workdir: Path
     process: subprocess.Popen[bytes] | None = None
@@ -211,8 +300,19 @@ class OperatorProcess:
         pattern = re.compile(rf"(?<![\w/.-])({paths})(?=/|$|[\s\"'])")
         return pattern.sub(lambda m: str(self.mounts[m.group(1)]), text)
 
+    @property
+    def mounts_certificate(self) -> bool:
+        """Whether the pod mounts its serving certificate (else the operator keeps its own)."""
+        return any(m["name"] == "webhook-cert" for m in self.container["volumeMounts"])
+
     def start(self, *, register_webhooks: bool = True) -> OperatorProcess:
+        real = register_webhooks and isinstance(self.server, RealCluster)
+        ca_bundle: str | None = None
+        if real and self.mounts_certificate:
+            ca_bundle = reissue_for_loopback(self.server, self.deployment)
         self._materialize_volumes()
+        if real and not self.mounts_certificate:
+            self._advertise_loopback()
         user = service_account_user(self.deployment)
         groups = ["system:serviceaccounts", f"system:serviceaccounts:{self.namespace}"]
         self.server.add_user(user, groups)
@@ -226,17 +326,49 @@ class OperatorProcess:
         if "/tmp" in self.mounts:
             env["TMPDIR"] = str(self.mounts["/tmp"])
         self.env = env
-        if register_webhooks:
+        if register_webhooks and isinstance(self.server, LocalAPIServer):
             self.server.register_webhook_service(
                 self.namespace,
                 self.deployment["metadata"]["name"],
                 443,
                 f"https://127.0.0.1:{self.port('webhook')}",
             )
+        elif register_webhooks:
+            point_webhooks_at(self.server, self.port("webhook"), ca_bundle)
         self.process = subprocess.Popen(
             self.argv, env=env, cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=self.log_path.open("wb")
         )
         return self
+
+    def _advertise_loopback(self) -> None:
+        """The operator that keeps its own certificate makes it for the Service's names and its
+        ``webhook.advertiseHost``: here the pod's address is 127.0.0.1, so that goes in the mounted
+        configuration (the API server then trusts the CA the operator writes into the caBundle)."""
+        for path in self.mounts[self._mount_of("config")].iterdir():
+            if path.suffix not in (".yaml", ".yml"):
+                continue
+            config = yaml.safe_load(path.read_text())
+            if isinstance(config, dict) and isinstance(config.get("webhook"), dict):
+                config["webhook"]["advertiseHost"] = LOOPBACK
+                path.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    def _mount_of(self, volume: str) -> str:
+        return str(next(m["mountPath"] for m in self.container["volumeMounts"] if m["name"] == volume))
+
+    def wait_webhooks_trusted(self, timeout: float = 60) -> None:
+        """Until every webhook of the release has a caBundle and a URL (the operator that keeps its
+        own certificate writes the caBundle once it leads)."""
+        if not isinstance(self.server, RealCluster):
+            return
+
+        def trusted() -> bool:
+            return all(
+                h["clientConfig"].get("caBundle") and h["clientConfig"].get("url")
+                for _, c in _webhook_configurations(self.server)
+                for h in c["webhooks"]
+            )
+
+        wait_for("the webhooks' caBundle", trusted, timeout=timeout)
 
     @staticmethod
     def _resolve(program: str) -> str:
@@ -289,6 +421,155 @@ class OperatorProcess:
             self.process.wait(5)
 
 
+# --- the webhooks on the real control plane: the Service's address is the operator's loopback port ---
+
+LOOPBACK = "127.0.0.1"
+
+
+def webhook_secret_name(deployment: Obj, server: Cluster | None = None) -> str:
+    """The Secret the operator's webhook server serves: the volume mounted where its certDir is, or,
+    when the operator keeps its own certificate (nothing mounted), the Secret its configuration names."""
+    volumes = deployment["spec"]["template"]["spec"]["volumes"]
+    names = [v["secret"]["secretName"] for v in volumes if "secret" in v and v["name"] == "webhook-cert"]
+    if not names and server is not None:
+        config_map = next(v["configMap"]["name"] for v in volumes if v["name"] == "config")
+        data = server.get("v1", "ConfigMap", config_map, deployment["metadata"]["namespace"])["data"]
+        settings = yaml.safe_load(data["config.yaml"]).get("certManagement") or {}
+        names = [settings["webhookSecretName"]] if settings.get("enable") else []
+    assert len(names) == 1, f"one webhook certificate volume expected, found {names}"
+    return str(names[0])
+
+
+def reissue_for_loopback(server: Cluster, deployment: Obj) -> str:
+    """Re-issue the webhook certificate in its Secret for the loopback address the operator has here
+    (the Service's names kept), from a CA of its own; return that CA, base64, for the caBundle.
+
+    Helm keeps the Secret's data on upgrade (``lookup``), so the caBundle Helm renders then is this
+    CA too: only the clientConfig's service has to be turned into a URL again.
+    """
+    import base64
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    namespace = str(deployment["metadata"]["namespace"])
+    service = str(deployment["metadata"]["name"])  # the Service is named as the Deployment
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "chart-tests-loopback-ca")])
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    dns = [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+    ]
+    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+    sans.append(x509.IPAddress(ipaddress.ip_address(LOOPBACK)))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, dns[2])]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    pem = serialization.Encoding.PEM
+    data = {
+        "ca.crt": b64(ca_cert.public_bytes(pem)),
+        "tls.crt": b64(cert.public_bytes(pem)),
+        # The CA's key too: the operator keeps a certificate it can renew (controller/certificate.py).
+        "ca.key": b64(
+            ca_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        ),
+        "tls.key": b64(
+            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        ),
+    }
+    server.patch("v1", "Secret", webhook_secret_name(deployment, server), {"data": data}, namespace)
+    return data["ca.crt"]
+
+
+def _webhook_configurations(server: Cluster) -> list[tuple[str, Obj]]:
+    return [
+        (kind, obj)
+        for kind in WEBHOOK_KINDS
+        for obj in server.list(WEBHOOK_API, kind)
+        if (obj["metadata"].get("labels") or {}).get("app.kubernetes.io/instance") == RELEASE
+    ]
+
+
+def point_webhooks_at(server: Cluster, port: int, ca_bundle: str | None = None) -> None:
+    """Each webhook of the release's configurations called at ``https://127.0.0.1:<port>/<path>``
+    (the path the chart gave its service), and trusting ``ca_bundle`` when one is given.
+
+    A JSON patch of those fields alone, each tested against the webhook's name: the caBundle an
+    operator that keeps its own certificate writes, and everything Helm wrote (``failurePolicy``,
+    rules, selectors), stay as they are.
+    """
+    assert isinstance(server, RealCluster)
+    found = _webhook_configurations(server)
+    assert found, "the release has no webhook configurations"
+    for kind, live in found:
+        ops: list[Obj] = []
+        for i, hook in enumerate(live["webhooks"]):
+            config = hook["clientConfig"]
+            path = (config.get("service") or {}).get("path") or urllib.parse.urlsplit(config["url"]).path
+            ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook["name"]})
+            if "service" in config:
+                ops.append({"op": "remove", "path": f"/webhooks/{i}/clientConfig/service"})
+            url = f"https://{LOOPBACK}:{port}{path}"
+            ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/url", "value": url})
+            if ca_bundle is not None:
+                ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": ca_bundle})
+        server.json_patch(WEBHOOK_API, kind, live["metadata"]["name"], ops)
+
+
+def restore_webhook_services(server: Cluster, objects: list[Obj]) -> None:
+    """Undo :func:`point_webhooks_at`: the service (and caBundle, if any) the chart rendered in
+    ``objects`` back in place of the URL, so that Helm's next apply finds what it wrote."""
+    assert isinstance(server, RealCluster)
+    for kind, live in _webhook_configurations(server):
+        rendered = {h["name"]: h for h in one(objects, kind, live["metadata"]["name"])["webhooks"]}
+        ops: list[Obj] = []
+        for i, hook in enumerate(live["webhooks"]):
+            ops.append({"op": "test", "path": f"/webhooks/{i}/name", "value": hook["name"]})
+            if "url" in hook["clientConfig"]:
+                ops.append({"op": "remove", "path": f"/webhooks/{i}/clientConfig/url"})
+            config = rendered[hook["name"]]["clientConfig"]
+            ops.append(
+                {"op": "add", "path": f"/webhooks/{i}/clientConfig/service", "value": config["service"]}
+            )
+            if "caBundle" in config:  # the chart's own (else the operator's, which stays)
+                ops.append(
+                    {"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": config["caBundle"]}
+                )
+        server.json_patch(WEBHOOK_API, kind, live["metadata"]["name"], ops)
+
+
 # --- waiting -----------------------------------------------------------------------------------
 
 
@@ -303,12 +584,12 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60, interval:
     raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
 
 
-def conditions(server: LocalAPIServer, name: str, namespace: str) -> dict[str, Obj]:
+def conditions(server: Cluster, name: str, namespace: str) -> dict[str, Obj]:
     trainjob = server.get(TRAINER_API, "TrainJob", name, namespace)
     return {c["type"]: c for c in (trainjob.get("status") or {}).get("conditions") or []}
 
 
-def condition_true(server: LocalAPIServer, name: str, namespace: str, type_: str) -> Obj | None:
+def condition_true(server: Cluster, name: str, namespace: str, type_: str) -> Obj | None:
     found = conditions(server, name, namespace).get(type_)
     return found if found is not None and found.get("status") == "True" else None
 
@@ -375,28 +656,54 @@ class ScenarioResult:
     defaulted: Obj
     events: list[Obj]
     final: dict[str, dict[str, Obj]]
+    runtimes: dict[str, str]  # each installed ClusterTrainingRuntime: the TrainJob that ran it
+    mpi_gang: dict[str, Obj]  # the MPI TrainJob with coscheduling: its Secret, hostfile and PodGroup
 
 
-def _restored(
-    server: LocalAPIServer, api_version: str, kind: str, name: str, path: list[str], want: Any
-) -> bool:
+def bundled_runtime_job(runtime: str) -> str:
+    return "rt-" + re.sub(r"[^a-z0-9-]", "-", runtime)
+
+
+def _restored(server: Cluster, api_version: str, kind: str, name: str, path: list[str], want: Any) -> bool:
     value: Any = server.get(api_version, kind, name, SCENARIO_NAMESPACE)
     for part in path:
         value = value.get(part) if isinstance(value, dict) else None
     return bool(value == want)
 
 
-def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
+def run_scenario(server: Cluster, operator_user: str, mark: int = 0) -> ScenarioResult:
     """Everything the operator does for TrainJobs, so its audit log holds every kind of call it makes.
 
-    Completion (torch), MPI with its Secret and hostfile (deepspeed), both gang schedulers' PodGroups,
-    suspend and resume, an exceeded deadline (the JobSet is deleted), children edited behind the
-    operator's back (it writes them back), deletion, and the webhooks: a refusal and a defaulting.
+    Completion (torch, and a TrainJob of every installed runtime), MPI with its Secret and hostfile
+    (deepspeed, and an MPI runtime with coscheduling), both gang schedulers' PodGroups, suspend and
+    resume, an exceeded deadline (the JobSet is deleted), children edited behind the operator's back
+    (it writes them back), deletion, and the webhooks: a refusal and a defaulting. ``mark``: where
+    in the audit log the release's life began.
     """
     ns = SCENARIO_NAMESPACE
-    server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    if not any(n["metadata"]["name"] == ns for n in server.list("v1", "Namespace")):
+        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     server.create(gang_runtime("gang-coscheduling", {"coscheduling": {"scheduleTimeoutSeconds": 30}}))
     server.create(gang_runtime("gang-volcano", {"volcano": {}}))
+    # MPI (its SSH Secret and hostfile) under coscheduling (a PodGroup): deepspeed's runtime, ganged.
+    deepspeed = server.get(TRAINER_API, "ClusterTrainingRuntime", "deepspeed-distributed", "")
+    mpi_spec = copy.deepcopy(deepspeed["spec"])
+    mpi_spec["podGroupPolicy"] = {"coscheduling": {"scheduleTimeoutSeconds": 60}}
+    server.create(
+        {
+            "apiVersion": TRAINER_API,
+            "kind": "TrainingRuntime",
+            "metadata": {"name": "mpi-gang", "namespace": ns},
+            "spec": mpi_spec,
+        }
+    )
+    server.create(trainjob("mpi-gang", "mpi-gang", kind="TrainingRuntime"))
+    runtimes = {
+        o["metadata"]["name"]: bundled_runtime_job(o["metadata"]["name"])
+        for o in server.list(TRAINER_API, "ClusterTrainingRuntime")
+    }
+    for runtime, job in runtimes.items():
+        server.create(trainjob(job, runtime))
 
     # A float quantity, as the Kubeflow SDK sends it: the defaulting webhook makes it a quantity string.
     defaulted = server.create(
@@ -410,6 +717,8 @@ def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
     server.create(
         trainjob("deadline", "torch-distributed", run_seconds=-1, numNodes=1, activeDeadlineSeconds=3)
     )
+    # Gone a second after it completes (docs/decisions.md §ttl): the operator deletes the TrainJob.
+    server.create(trainjob("short-lived", "torch-distributed", numNodes=1, ttlSecondsAfterFinished=1))
     refusal = ""
     try:
         server.create(trainjob("refused", "no-such-runtime"))
@@ -420,6 +729,17 @@ def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
         return any(o["metadata"]["name"] == name for o in server.list(api_version, kind, ns))
 
     wait_for("the hostfile ConfigMap", lambda: exists("v1", "ConfigMap", "deepspeed-mpi-hostfile"))
+    mpi_gang = {
+        "Secret": wait_for(
+            "mpi-gang's SSH Secret", lambda: _get(server, "v1", "Secret", "mpi-gang-mpi-ssh-auth")
+        ),
+        "ConfigMap": wait_for(
+            "mpi-gang's hostfile", lambda: _get(server, "v1", "ConfigMap", "mpi-gang-mpi-hostfile")
+        ),
+        "PodGroup": wait_for(
+            "mpi-gang's PodGroup", lambda: _get(server, PODGROUP_APIS["coscheduling"], "PodGroup", "mpi-gang")
+        ),
+    }
     for name, api in PODGROUP_APIS.items():
         wait_for(
             f"the {name} PodGroup",
@@ -428,6 +748,7 @@ def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
             ),
         )
     wait_for("the suspended TrainJob's JobSet", lambda: exists(JOBSET_API, "JobSet", "suspended"))
+    wait_for("the TrainJob Suspended", lambda: condition_true(server, "suspended", ns, "Suspended"))
 
     # Children edited behind the operator's back are written back.
     hostfile = server.get("v1", "ConfigMap", "deepspeed-mpi-hostfile", ns)
@@ -458,7 +779,7 @@ def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
         urllib.parse.parse_qs(urllib.parse.urlsplit(r.path).query).get(
             "fieldManager", [r.user_agent.split("/")[0]]
         )[0]
-        for r in list(server.audit.records)
+        for r in server.audit_since(mark)
         if r.user == operator_user and (r.verb == "create" or (r.verb == "patch" and r.status == 201))
     }
     created = [
@@ -470,8 +791,17 @@ def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
 
     for name in ("suspended", "coscheduled", "volcano"):
         server.patch(TRAINER_API, "TrainJob", name, {"spec": {"suspend": False}}, ns)
-    for name in ("torch", "suspended", "coscheduled", "volcano"):
-        wait_for(f"TrainJob {name} complete", lambda name=name: condition_true(server, name, ns, "Complete"))
+    for name in ("torch", "suspended", "coscheduled", "volcano", "mpi-gang", *runtimes.values()):
+        wait_for(
+            f"TrainJob {name} complete",
+            lambda name=name: condition_true(server, name, ns, "Complete"),
+            timeout=120,
+        )
+    wait_for(
+        "TrainJob short-lived deleted after its TTL",
+        lambda: not exists(TRAINER_API, "TrainJob", "short-lived"),
+        timeout=120,
+    )
     wait_for("TrainJob deadline failed", lambda: condition_true(server, "deadline", ns, "Failed"))
     wait_for("the deadline's JobSet deleted", lambda: not exists(JOBSET_API, "JobSet", "deadline"))
     server.delete(TRAINER_API, "TrainJob", "deepspeed", ns)
@@ -483,7 +813,18 @@ def run_scenario(server: LocalAPIServer, operator_user: str) -> ScenarioResult:
         o["metadata"]["name"]: conditions(server, o["metadata"]["name"], ns)
         for o in server.list(TRAINER_API, "TrainJob", ns)
     }
-    return ScenarioResult(list(server.audit.records), created, refusal, defaulted, events, final)
+    return ScenarioResult(
+        server.audit_since(mark), created, refusal, defaulted, events, final, runtimes, mpi_gang
+    )
+
+
+def _get(server: Cluster, api_version: str, kind: str, name: str) -> Obj | None:
+    try:
+        return server.get(api_version, kind, name, SCENARIO_NAMESPACE)
+    except APIError as exc:
+        if exc.code == 404:
+            return None
+        raise
 
 
 # --- one installed release with its operator running ---------------------------------------------
@@ -493,12 +834,13 @@ OWNER_KINDS = {(TRAINER_API, "TrainJob"): rbac_audit.OwnerKind("trainer.kubeflow
 
 @dataclass
 class Installed:
-    server: LocalAPIServer
+    server: Cluster
     helm: helm.Config
     release: Obj
     objects: list[Obj]
     operator: OperatorProcess
     values: Obj
+    mark: int  # the audit log's position before the install: the release's calls come after it
 
     @property
     def deployment(self) -> Obj:
@@ -508,29 +850,140 @@ class Installed:
     def operator_user(self) -> str:
         return service_account_user(self.deployment)
 
+    def upgrade(self, values: Obj) -> Obj:
+        """``helm upgrade`` to ``values``; on the real control plane the webhooks are given back their
+        Service for Helm, and pointed at the running operator again after it."""
+        real = isinstance(self.server, RealCluster)
+        if real:
+            restore_webhook_services(self.server, self.objects)
+        release = self.helm.upgrade(str(CHART), RELEASE, values, timeout=60)
+        self.release, self.objects, self.values = release, manifest_objects(release), values
+        if real:
+            ca_bundle = None  # the operator that keeps its own certificate writes it again itself
+            if self.operator.mounts_certificate:
+                name = webhook_secret_name(self.deployment, self.server)
+                ca_bundle = self.server.get("v1", "Secret", name, NAMESPACE)["data"]["ca.crt"]
+            point_webhooks_at(self.server, self.operator.port("webhook"), ca_bundle)
+            self.operator.wait_webhooks_trusted()
+        return release
+
+
+def install_and_wait(
+    cfg: helm.Config, cluster: RealCluster, values: Obj, directory: Path, timeout: float = 180
+) -> tuple[Obj, OperatorProcess]:
+    """``helm install --wait``, as the install guide has it, with the operator started the moment
+    Helm has created its Deployment, while Helm waits.
+
+    On a real server Helm must wait: the runtimes are hooks, and a hook of a kind whose CRD the same
+    install created fails when Helm applies it before the API server serves that CRD. It waits for
+    the CRDs to be established and the Deployment to be available. This control plane runs no
+    Deployment controller, so the harness, which runs the Deployment's one pod itself, also writes
+    its status: available once that pod passes its probes and its webhooks are trusted.
+    """
+    import threading
+
+    outcome: dict[str, Any] = {}
+
+    def install() -> None:
+        try:
+            outcome["release"] = cfg.install(
+                str(CHART), RELEASE, values, create_namespace=True, timeout=int(timeout), wait="watcher"
+            )
+        except BaseException as exc:  # handed to the caller's thread
+            outcome["error"] = exc
+
+    deployment = one(render(values), "Deployment")
+    name = deployment["metadata"]["name"]
+    thread = threading.Thread(target=install, name="helm-install", daemon=True)
+    thread.start()
+    operator = OperatorProcess(cluster, deployment, directory)
+    try:
+
+        def created() -> bool:
+            if "error" in outcome:
+                raise outcome["error"]
+            deployments = [d["metadata"]["name"] for d in cluster.list("apps/v1", "Deployment", NAMESPACE)]
+            return name in deployments and len(_webhook_configurations(cluster)) == len(WEBHOOK_KINDS)
+
+        wait_for("Helm to create the Deployment and the webhooks", created, timeout=timeout)
+        operator.start().wait_ready()
+        operator.wait_webhooks_trusted()
+        live = cluster.get("apps/v1", "Deployment", name, NAMESPACE)
+        replicas = int(live["spec"].get("replicas", 1))
+        assert replicas == 1, "the harness runs one pod"
+        counts = {k: replicas for k in ("replicas", "updatedReplicas", "readyReplicas", "availableReplicas")}
+        available = [
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable"},
+            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable"},
+        ]
+        status = {"observedGeneration": live["metadata"]["generation"], **counts, "conditions": available}
+        cluster.patch("apps/v1", "Deployment", name, {"status": status}, NAMESPACE, subresource="status")
+        thread.join(timeout + 30)
+        if "error" in outcome:
+            raise outcome["error"]
+        assert "release" in outcome, "helm install did not return"
+        release: Obj = outcome["release"]
+        # The Deployment the operator was started from is the one Helm installed.
+        assert one(manifest_objects(release), "Deployment") == deployment
+        return release, operator
+    except BaseException:
+        operator.stop()
+        thread.join(timeout + 30)
+        raise
+
 
 @contextlib.contextmanager
 def installed(
-    directory: Path, values: Obj | None = None, *, start_operator: bool = True, jobset: bool = True
+    directory: Path,
+    values: Obj | None = None,
+    *,
+    start_operator: bool = True,
+    jobset: bool = True,
+    server: Cluster | None = None,
 ) -> Iterator[Installed]:
-    """A local API server with JobSet's CRD, the chart installed by Helm, and the operator running as
-    its Deployment says (on free ports)."""
+    """The chart installed by Helm into ``server`` (a fresh stand-in by default) with JobSet's CRD,
+    and the operator running as its Deployment says (on free ports).
+
+    On the real control plane the release is uninstalled at the end whatever happened, and what the
+    plane's other tests rely on is put back (:func:`restore_real_plane`)."""
     values = merge(port_values(), values or {})
-    server = LocalAPIServer().start()
+    own = server is None
+    cluster: Cluster = LocalAPIServer().start() if server is None else server
     try:
-        install_prerequisites(server, jobset=jobset)
-        with helm_config(server, directory) as cfg:
-            release = cfg.install(str(CHART), RELEASE, values, create_namespace=True, timeout=60)
-            objects = manifest_objects(release)
-            operator = OperatorProcess(server, one(objects, "Deployment"), directory)
+        install_prerequisites(cluster, jobset=jobset)
+        mark = cluster.audit_mark()
+        with helm_config(cluster, directory) as cfg:
             try:
-                if start_operator:
-                    operator.start().wait_ready()
-                yield Installed(server, cfg, release, objects, operator, values)
+                if isinstance(cluster, RealCluster) and start_operator:
+                    release, operator = install_and_wait(cfg, cluster, values, directory)
+                else:
+                    release = cfg.install(str(CHART), RELEASE, values, create_namespace=True, timeout=60)
+                    operator = OperatorProcess(
+                        cluster, one(manifest_objects(release), "Deployment"), directory
+                    )
+                    if start_operator:
+                        operator.start().wait_ready()
+                objects = manifest_objects(release)
+                try:
+                    yield Installed(cluster, cfg, release, objects, operator, values, mark)
+                finally:
+                    operator.stop()
             finally:
-                operator.stop()
+                if isinstance(cluster, RealCluster):
+                    with contextlib.suppress(helm.HelmError):
+                        cfg.uninstall(RELEASE, timeout=120, ignore_not_found=True)
     finally:
-        server.stop()
+        if isinstance(cluster, LocalAPIServer) and own:
+            cluster.stop()
+        elif isinstance(cluster, RealCluster):
+            with contextlib.suppress(APIError):
+                cluster.delete("coordination.k8s.io/v1", "Lease", "trainer.kubeflow.org", NAMESPACE)
+            # A failed install or uninstall can leave the release's webhooks behind, calling an
+            # operator that is gone: they would refuse every write below and the plane's later tests.
+            for kind, configuration in _webhook_configurations(cluster):
+                with contextlib.suppress(APIError):
+                    cluster.delete(WEBHOOK_API, kind, configuration["metadata"]["name"], "")
+            restore_real_plane(cluster)
 
 
 def operator_permissions(result: ScenarioResult, user: str) -> set[rbac_audit.Permission]:

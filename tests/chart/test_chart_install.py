@@ -1,8 +1,11 @@
-"""The chart installed by Helm 4 into the local API server, with the operator started as its Deployment
-says (command, arguments, environment, ServiceAccount, mounted ConfigMap and Secret), running TrainJobs.
+"""The chart installed by Helm 4, with the operator started as its Deployment says (command,
+arguments, environment, ServiceAccount, mounted ConfigMap and Secret), running TrainJobs: on the
+stand-in and on the real control plane (``--backend``), whose RBAC authorizer checks every call the
+operator makes against the chart's ClusterRole and Roles.
 
 The operator's ClusterRole must equal what it used here: every call in the audit log (and the
-finalizers permission its ownerReferences need), no more, no less.
+finalizers permission its ownerReferences need), no more, no less; and the real API server must
+have refused it nothing (no 403 in its audit log).
 """
 
 from __future__ import annotations
@@ -15,24 +18,27 @@ import chart_harness as h
 import derive_rbac
 import helm_python as helm
 import pytest
+import yaml
 from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.apiserver.errors import APIError
+from trainer_sandbox.backends import Cluster
 
 from trainer.controller import rbac_audit
 
 Obj = dict[str, Any]
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory: pytest.TempPathFactory) -> Iterator[h.Installed]:
-    with h.installed(tmp_path_factory.mktemp("release")) as installed:
+def release(tmp_path_factory: pytest.TempPathFactory, chart_cluster: Cluster) -> Iterator[h.Installed]:
+    with h.installed(tmp_path_factory.mktemp("release"), server=chart_cluster) as installed:
         yield installed
 
 
 @pytest.fixture(scope="module")
 def scenario(release: h.Installed) -> h.ScenarioResult:
-    return h.run_scenario(release.server, release.operator_user)
+    return h.run_scenario(release.server, release.operator_user, release.mark)
 
 
 def test_operator_runs_with_the_deployments_command_and_identity(release: h.Installed) -> None:
@@ -42,20 +48,43 @@ def test_operator_runs_with_the_deployments_command_and_identity(release: h.Inst
     assert operator.argv[1:] == [operator.translate(a) for a in container["args"]]
     assert operator.env["PYTHONUNBUFFERED"] == "1"
     assert release.operator_user == f"system:serviceaccount:{h.NAMESPACE}:kubeflow-trainer-controller-manager"
-    calls = [r for r in release.server.audit.records if r.user == release.operator_user]
+    records = release.server.audit_since(release.mark)
+    calls = [r for r in records if r.user == release.operator_user]
     assert calls, "the operator talks to the API server as its ServiceAccount"
-    assert {r.user for r in release.server.audit.records if r.user_agent.startswith("trainer-operator")} == {
-        release.operator_user
-    }
+    assert {r.user for r in records if r.user_agent.startswith("trainer-operator")} == {release.operator_user}
 
 
 def test_trainjobs_run_through_the_operator(scenario: h.ScenarioResult) -> None:
     final = scenario.final
-    for name in ("torch", "suspended", "coscheduled", "volcano"):
+    for name in ("torch", "suspended", "coscheduled", "volcano", "mpi-gang"):
         assert final[name]["Complete"]["status"] == "True", (name, final[name])
     assert final["suspended"]["Suspended"]["status"] == "False"
     assert final["deadline"]["Failed"]["reason"] == "DeadlineExceeded"
     assert "deepspeed" not in final  # deleted, its children collected
+
+
+def test_every_installed_runtime_runs_a_trainjob_to_complete(
+    release: h.Installed, scenario: h.ScenarioResult
+) -> None:
+    bundled = sorted(
+        yaml.safe_load(p.read_text())["metadata"]["name"] for p in (h.ROOT / "runtimes").glob("*.yaml")
+    )
+    assert sorted(scenario.runtimes) == h.installed_runtimes(h.render(release.values)) == bundled
+    for runtime, job in scenario.runtimes.items():
+        assert scenario.final[job]["Complete"]["status"] == "True", (runtime, scenario.final[job])
+        assert "Failed" not in scenario.final[job], (runtime, scenario.final[job])
+
+
+def test_mpi_with_coscheduling_has_its_secret_hostfile_and_podgroup(scenario: h.ScenarioResult) -> None:
+    children = scenario.mpi_gang
+    assert children["Secret"]["type"] == "kubernetes.io/ssh-auth"
+    assert sorted(children["Secret"]["data"]) == ["ssh-privatekey", "ssh-publickey"]
+    hosts = children["ConfigMap"]["data"]["hostfile"].splitlines()
+    assert len(hosts) == 2 and all(line.startswith("mpi-gang-") for line in hosts), hosts  # numNodes
+    assert children["PodGroup"]["spec"]["minMember"] == 2
+    for child in children.values():
+        owners = child["metadata"]["ownerReferences"]
+        assert [(o["kind"], o["name"]) for o in owners] == [("TrainJob", "mpi-gang")]
 
 
 def test_webhooks_refuse_and_default_through_the_service(scenario: h.ScenarioResult) -> None:
@@ -81,6 +110,8 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
         b
         for b in h.find(release.objects, "ClusterRoleBinding") + h.find(release.objects, "RoleBinding")
         if {"kind": "ServiceAccount", "name": sa_name, "namespace": h.NAMESPACE} in b["subjects"]
+        # The webhook certificate's grants are by name (test_certificate_rbac_is_by_name_and_used).
+        and b["metadata"]["name"] != CERTIFICATE_RBAC
     ]
     assert sorted((b["kind"], b["roleRef"]["kind"]) for b in bound) == [
         ("ClusterRoleBinding", "ClusterRole"),
@@ -99,6 +130,10 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
         == {("coordination.k8s.io", "leases", verb) for verb in ("create", "get", "update")}
     )
     assert {r.namespace for r in scenario.audit if r.user == user and r.resource == "leases"} == {h.NAMESPACE}
+    refused = [r for r in scenario.audit if r.user == user and r.status == 403]
+    assert not refused, "the API server refused the operator:\n" + "\n".join(
+        f"{r.verb} {r.path}" for r in refused
+    )
     missing, unused = used - granted, granted - used
     assert not missing, "the operator made calls its ClusterRole does not grant:\n" + "\n".join(
         rbac_audit.describe(missing)
@@ -112,7 +147,45 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
     )
 
 
+CERTIFICATE_RBAC = "kubeflow-trainer-webhook-certificate"
+
+
+def test_certificate_rbac_is_by_name_and_used(release: h.Installed, scenario: h.ScenarioResult) -> None:
+    """The operator's own webhook certificate (the default source): the Secret and the two webhook
+    configurations, each granted by name, and every call on them within those grants."""
+    user = release.operator_user
+    role = h.one(release.objects, "Role", CERTIFICATE_RBAC)
+    cluster_role = h.one(release.objects, "ClusterRole", CERTIFICATE_RBAC)
+    assert role["metadata"]["namespace"] == h.NAMESPACE
+    assert h.one(release.objects, "RoleBinding", CERTIFICATE_RBAC)["roleRef"]["name"] == CERTIFICATE_RBAC
+    assert (
+        h.one(release.objects, "ClusterRoleBinding", CERTIFICATE_RBAC)["roleRef"]["name"] == CERTIFICATE_RBAC
+    )
+    granted = {
+        (group, resource, name, verb)
+        for rule in role["rules"] + cluster_role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for name in rule["resourceNames"]
+        for verb in rule["verbs"]
+    }
+    assert {(g, r, v) for g, r, _, v in granted} == derive_rbac.CERTIFICATE
+    used = {
+        (r.group, r.resource, r.name, r.verb)
+        for r in scenario.audit
+        if r.user == user
+        and (r.resource, r.verb) in {(res, verb) for _, res, verb in derive_rbac.CERTIFICATE}
+    }
+    assert used, "the operator never read its certificate Secret or wrote a caBundle"
+    assert used <= granted, f"calls outside the certificate's grants: {sorted(used - granted)}"
+    # `update` of the Secret is a renewal (or the fill of the chart's empty Secret, which the real
+    # plane's harness fills itself for the loopback address): a run may well make none.
+    unused = {(g, r, v) for g, r, _, v in granted - used}
+    assert unused <= {("", "secrets", "update")}, sorted(unused)
+
+
 def test_upgrade_keeps_the_certificate_and_turns_runtimes_off(release: h.Installed) -> None:
+    """``helm upgrade`` with changed values: a runtime turned off, the webhooks' timeout changed."""
     server = release.server
 
     def cert() -> str:
@@ -124,12 +197,23 @@ def test_upgrade_keeps_the_certificate_and_turns_runtimes_off(release: h.Install
         return sorted(o["metadata"]["name"] for o in server.list(h.TRAINER_API, "ClusterTrainingRuntime"))
 
     before, installed = cert(), runtimes()
-    values = h.merge(release.values, {"runtimes": {"jaxDistributed": {"enabled": False}}})
-    upgraded = release.helm.upgrade(str(h.CHART), h.RELEASE, values, timeout=60)
+    values = h.merge(
+        release.values, {"runtimes": {"jaxDistributed": {"enabled": False}}, "webhook": {"timeoutSeconds": 7}}
+    )
+    upgraded = release.upgrade(values)
     assert upgraded["revision"] == 2
     assert cert() == before  # the webhooks' CA is unchanged: the running operator keeps serving
     assert runtimes() == sorted(set(installed) - {"jax-distributed"})
-    # The operator still admits TrainJobs through the upgraded webhook configurations.
+    for kind in h.WEBHOOK_KINDS:
+        for configuration in server.list(h.WEBHOOK_API, kind):
+            if configuration["metadata"]["name"].endswith(h.TRAINER_GROUP):
+                assert {(w["timeoutSeconds"], w["failurePolicy"]) for w in configuration["webhooks"]} == {
+                    (7, "Fail")
+                }
+    # The operator still admits TrainJobs through the upgraded webhook configurations, and refuses.
+    with pytest.raises(APIError) as refused:
+        server.create(h.trainjob("refused-after-upgrade", "jax-distributed"))
+    assert 'admission webhook "validator.trainjob.trainer.kubeflow.org" denied' in str(refused.value)
     server.create(h.trainjob("after-upgrade", "torch-distributed"))
     h.wait_for(
         "a TrainJob after the upgrade",
@@ -140,7 +224,14 @@ def test_upgrade_keeps_the_certificate_and_turns_runtimes_off(release: h.Install
 def test_uninstall_leaves_only_the_crds(release: h.Installed) -> None:
     server = release.server
     release.operator.stop()
-    release.helm.uninstall(h.RELEASE, timeout=60)
+    # Over the release's whole life (the workload, the upgrade): the API server refused it nothing.
+    refused = [
+        f"{r.verb} {r.path}"
+        for r in server.audit_since(release.mark)
+        if r.user == release.operator_user and r.status == 403
+    ]
+    assert refused == []
+    release.helm.uninstall(h.RELEASE, timeout=120)
     instance = "app.kubernetes.io/instance"
     leftovers = []
     for api_version, kind, namespace in [
@@ -174,6 +265,7 @@ def test_uninstall_leaves_only_the_crds(release: h.Installed) -> None:
     )
 
 
+@pytest.mark.standin_only("the real control plane's JobSet CRD serves its running controller")
 def test_operator_refuses_to_start_without_jobset(tmp_path: Path) -> None:
     with h.installed(tmp_path, start_operator=False, jobset=False) as release:
         release.operator.start(register_webhooks=False)
@@ -182,6 +274,7 @@ def test_operator_refuses_to_start_without_jobset(tmp_path: Path) -> None:
         assert "the JobSet CRD (jobsets.jobset.x-k8s.io) is not installed" in release.operator.logs()
 
 
+@pytest.mark.standin_only("the stand-in can claim to be an older Kubernetes")
 def test_install_refuses_kubernetes_older_than_supported(tmp_path: Path) -> None:
     server = LocalAPIServer(minor_version=28, jobset_controller=False).start()
     try:
