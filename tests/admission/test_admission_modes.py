@@ -174,3 +174,14 @@ def test_hints_reword_the_refusal_and_keep_its_paths() -> None:
     # The webhook refuses the runtime (spec.runtimeRef); the hint says what the kind is for.
     assert [e.path for e in refused.value.errors] == ["spec.runtimeRef"]
     assert "put the runtime's name in spec.runtimeRef.name" in str(refused.value)
+
+
+def test_metadata_type_errors_are_one_the_first_in_sorted_key_order() -> None:
+    """The server decodes metadata from a map it marshals again (keys sorted) and stops at the
+    first type error: `labels` before `name`, one error, as the differential test found."""
+    bad = copy.deepcopy(RUNTIME)
+    bad["metadata"] = {"name": [], "labels": {"z": 1, "a": []}}
+    with pytest.raises(AdmissionError) as refused:
+        admit(bad, None, Facts(), fw.default(), NOW)
+    assert [e.path for e in refused.value.errors] == ["metadata.labels"]
+    assert '"a"' in str(refused.value)

@@ -199,24 +199,23 @@ def check_metadata(obj: Obj) -> None:
         meta = {}
     if not isinstance(meta, dict):
         raise AdmissionError([invalid("metadata", meta, "must be an object")])
-    errors: list[FieldError] = []
-    for key in ("name", "namespace", "generateName"):
-        if meta.get(key) is not None and not isinstance(meta[key], str):
-            errors.append(invalid(f"metadata.{key}", meta[key], "must be a string"))
-    for key in ("labels", "annotations"):
-        values = meta.get(key)
-        if values is None:
+    # The server decodes metadata from a map it marshals again, keys sorted, and Go's decoder
+    # reports the first type error it meets: one error, the first in that order.
+    for key in sorted(("name", "namespace", "generateName", "labels", "annotations")):
+        value = meta.get(key)
+        if value is None:
             continue
-        if not isinstance(values, dict):
-            errors.append(invalid(f"metadata.{key}", values, "must be a map of strings to strings"))
+        if key in ("name", "namespace", "generateName"):
+            if not isinstance(value, str):
+                raise AdmissionError([invalid(f"metadata.{key}", value, "must be a string")])
             continue
-        errors += [
-            invalid(f"metadata.{key}", v, f"the value of {json.dumps(k)} must be a string")
-            for k, v in values.items()
-            if v is not None and not isinstance(v, str)
-        ]
-    if errors:
-        raise AdmissionError(errors)
+        if not isinstance(value, dict):
+            raise AdmissionError([invalid(f"metadata.{key}", value, "must be a map of strings to strings")])
+        for k in sorted(value):
+            if value[k] is not None and not isinstance(value[k], str):
+                raise AdmissionError(
+                    [invalid(f"metadata.{key}", value[k], f"the value of {json.dumps(k)} must be a string")]
+                )
 
 
 def admit(
