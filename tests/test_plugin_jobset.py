@@ -242,6 +242,39 @@ def test_snapshot_pins_the_runtime() -> None:
     assert snapshot["metadata"]["labels"] == {"trainer.kubeflow.org/trainjob-name": "job"}
 
 
+def test_a_snapshot_is_read_once_per_version_and_callers_cannot_spoil_it(monkeypatch: Any) -> None:
+    """The operator reads the same snapshot on every reconcile: it is parsed once per
+    resourceVersion, and what a reconcile does with its copy reaches no other."""
+    from trainer.runtime import render as core
+
+    cluster = render(runtime(ml_policy=TORCH), trainjob())
+    snapshot = copy.deepcopy(only(cluster, "ConfigMap", "job-runtime-snapshot"))
+    snapshot["metadata"].update(uid="cm-1", resourceVersion="7")
+    tj = {
+        **trainjob(),
+        "metadata": {
+            "name": "job",
+            "namespace": "default",
+            "uid": snapshot["metadata"]["ownerReferences"][0]["uid"],
+        },
+    }
+    reads: list[str] = []
+    real_read = core.read_snapshot
+    monkeypatch.setattr(
+        core,
+        "read_snapshot",
+        lambda cm, t: reads.append(cm["metadata"]["resourceVersion"]) or real_read(cm, t),
+    )
+    first = core.pinned_runtime(snapshot, tj)
+    first["spec"]["template"] = "spoiled"
+    second = core.pinned_runtime(snapshot, tj)
+    assert second["spec"]["template"] != "spoiled" and reads == ["7"]
+    edited = copy.deepcopy(snapshot)
+    edited["metadata"]["resourceVersion"] = "8"
+    edited["data"]["runtime"] = edited["data"]["runtime"].replace("rt:img", "edited:img")
+    assert "edited:img" in str(core.pinned_runtime(edited, tj)) and reads == ["7", "8"]
+
+
 def _facts_with(*objs: dict[str, Any]) -> Facts:
     facts = Facts()
     for obj in objs:

@@ -198,7 +198,7 @@ def run_policy(trainjob_obj: Obj, facts: Facts) -> Obj:
     runtime_obj: Obj | None = None
     if snapshot is not None:
         try:
-            runtime_obj = read_snapshot(snapshot, trainjob_obj)
+            runtime_obj = pinned_runtime(snapshot, trainjob_obj)
         except PluginError:
             runtime_obj = None
     if runtime_obj is None:
@@ -274,8 +274,7 @@ def _build(
     trainjob = TrainJob.view(trainjob_obj)
     snapshot = facts.get("ConfigMap", namespace, snapshot_name(meta.get("name", "")))
     if snapshot is not None:
-        runtime_obj = read_snapshot(snapshot, trainjob_obj)
-        _check_snapshot_runtime(runtime_obj)
+        runtime_obj = pinned_runtime(snapshot, trainjob_obj)
     else:
         runtime_obj = lookup_runtime(facts, spec.get("runtimeRef") or {}, namespace)
         # Pinned before anything else runs, as upstream does: a TrainJob whose first build fails
@@ -297,6 +296,34 @@ def _build(
     built_objects = [obj for built in hook.trainer_build(info=info) for obj in built or []]
     outcome.objects.extend(built_objects)
     return runtime_obj
+
+
+_PINNED: dict[tuple[str, str, str], Obj] = {}
+_PINNED_MAX = 4096
+
+
+def pinned_runtime(snapshot: Obj, trainjob_obj: Obj) -> Obj:
+    """The runtime in a TrainJob's snapshot, read and checked (PluginError when it is not fit).
+
+    Remembered by the snapshot's uid and resourceVersion and the TrainJob's uid, as the same
+    snapshot is read on every reconcile: parsing its YAML and checking it against the schema each
+    time was a tenth of the operator's CPU under load. Callers get a copy of their own.
+    """
+    meta = snapshot.get("metadata") or {}
+    key = (
+        str(meta.get("uid") or ""),
+        str(meta.get("resourceVersion") or ""),
+        str((trainjob_obj.get("metadata") or {}).get("uid") or ""),
+    )
+    found = _PINNED.get(key) if all(key) else None
+    if found is None:
+        found = read_snapshot(snapshot, trainjob_obj)
+        _check_snapshot_runtime(found)
+        if all(key):
+            if len(_PINNED) >= _PINNED_MAX:
+                del _PINNED[next(iter(_PINNED))]
+            _PINNED[key] = found
+    return copy.deepcopy(found)
 
 
 def _check_snapshot_runtime(runtime_obj: Obj) -> None:
