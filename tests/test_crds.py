@@ -57,7 +57,14 @@ def test_trainjob_status_subresource_and_columns() -> None:
     crd = yaml.safe_load((CRDS / "trainer.kubeflow.org_trainjobs.yaml").read_text())
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["State", "Runtime", "Nodes", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == [
+        "State",
+        "Progress %",
+        "Seconds Left",
+        "Runtime",
+        "Nodes",
+        "Age",
+    ]
 
 
 # Where our schemas deliberately differ from upstream's: docs/decisions.md §5, §8 and

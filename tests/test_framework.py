@@ -74,6 +74,9 @@ def test_builtin_order_is_fixed() -> None:
         "Volcano",
         "JobSet",
     ]
+    # A gated built-in takes its place in the order when its gate is on.
+    gated = fw.load(fw.PluginConfig(feature_gates={"TrainJobStatus": True}))
+    assert gated.enabled[-2:] == ["TrainJobStatus", "JobSet"]
     impls = [impl.plugin_name for impl in reversed(framework.hook.trainer_enforce_ml_policy.get_hookimpls())]
     assert impls[:2] == ["PlainML", "Torch"]
 

@@ -43,6 +43,24 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="render as an operator with this built-in plugin disabled",
     )
+    render.add_argument(
+        "--feature-gates",
+        default="",
+        metavar="GATES",
+        help="render as an operator with these feature gates, e.g. TrainJobStatus=true",
+    )
+    render.add_argument(
+        "--status-server-url",
+        default="https://kubeflow-trainer-controller-manager.kubeflow-system.svc:10443",
+        metavar="URL",
+        help="with TrainJobStatus: the status server's base URL the pods are given",
+    )
+    render.add_argument(
+        "--status-server-ca",
+        default=None,
+        metavar="FILE",
+        help="with TrainJobStatus: the PEM of the CA the pods trust (the <name>-tls-config ConfigMap)",
+    )
 
     crds = sub.add_parser("crds", help="generate the CRDs in crds/ from the API models")
     crds.add_argument("--output-dir", default=None, help="where to write (default: the package's crds/)")

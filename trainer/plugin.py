@@ -26,7 +26,15 @@ from trainer.apimachinery.errors import FieldError, forbidden, internal, invalid
 from trainer.apimachinery.structural import dns1123_subdomain
 from trainer.runtime.build import effective_resources, gang_totals
 from trainer.runtime.hookspecs import hookimpl
-from trainer.runtime.info import Endpoints, Facts, Info, PluginError, PodSet, ValidationContext
+from trainer.runtime.info import (
+    Endpoints,
+    Facts,
+    Info,
+    PluginError,
+    PodSet,
+    StatusServer,
+    ValidationContext,
+)
 from trainer.runtime.podspec import (
     canonical_jobset_quantities,
     env_field_ref,
@@ -52,6 +60,7 @@ __all__ = [
     "PluginError",
     "PodGroupPolicy",
     "PodSet",
+    "StatusServer",
     "TorchPolicy",
     "TrainingRuntimeSpec",
     "ValidationContext",

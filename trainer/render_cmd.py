@@ -7,9 +7,13 @@ import argparse
 import json
 import re
 import sys
+from typing import TYPE_CHECKING
 
 from trainer.api.objects import Obj
 from trainer.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+
+if TYPE_CHECKING:
+    from trainer.runtime.info import StatusServer
 
 REDACTED = "<redacted>"
 
@@ -25,6 +29,32 @@ def _redact(obj: Obj) -> Obj:
         if isinstance(out.get(key), dict):
             out[key] = {k: REDACTED for k in out[key]}
     return out
+
+
+def parse_feature_gates(text: str) -> dict[str, bool]:
+    """``--feature-gates`` as Kubernetes components take it: ``Name=true,Other=false``."""
+    gates: dict[str, bool] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = item.partition("=")
+        if not sep or value.lower() not in ("true", "false") or not name:
+            raise ValueError(f"--feature-gates {item!r}: expected Name=true or Name=false")
+        gates[name] = value.lower() == "true"
+    return gates
+
+
+def _status_server(url: str, ca_file: str | None) -> StatusServer:
+    """The TrainJobStatus facts an operator would have: its URL, and the CA given (or why not)."""
+    from trainer.runtime.info import StatusServer
+
+    if not re.fullmatch(r"https://[^/?#]+", url):
+        raise ValueError(f"--status-server-url {url!r}: expected https://HOST[:PORT]")
+    if ca_file is None:
+        return StatusServer(url=url, ca_error="no CA given (--status-server-ca FILE)")
+    try:
+        with open(ca_file, encoding="utf-8") as handle:
+            return StatusServer(url=url, ca_cert=handle.read())
+    except OSError as exc:
+        raise ValueError(f"--status-server-ca: {exc}") from None
 
 
 def run_render(args: argparse.Namespace) -> int:
@@ -49,15 +79,22 @@ def run_render(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     try:
+        gates = parse_feature_gates(args.feature_gates)
+        status_server = _status_server(args.status_server_url, args.status_server_ca)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         framework = (
-            fw.load(fw.PluginConfig(disabled=frozenset(args.disable_plugin)))
-            if args.disable_plugin
+            fw.load(fw.PluginConfig(disabled=frozenset(args.disable_plugin), feature_gates=gates))
+            if args.disable_plugin or gates
             else fw.default()
         )
     except fw.PluginConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     cluster = OfflineCluster(framework=framework, now=args.now)
+    cluster.facts.status_server = status_server
     if not args.no_default_runtimes:
         cluster.load_default_runtimes()
     for obj in objects:

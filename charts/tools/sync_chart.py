@@ -163,8 +163,9 @@ Version {chart["version"]}, appVersion {chart["appVersion"]}, Kubernetes {chart[
   (`coordination.k8s.io`, in the release namespace unless `resourceNamespace` says otherwise). `manager.replicas` may be above 1: the Lease's holder
   reconciles, every replica serves the webhooks, health and metrics, a PodDisruptionBudget keeps one
   replica through node drains, and a rolling upgrade hands the Lease over without two leaders at once.
-- The webhook configurations `validator.trainer.kubeflow.org` and `defaulter.trainer.kubeflow.org` with a
-  serving certificate the chart generates, or cert-manager issues (`certManager.enabled`).
+- The webhook configurations `validator.trainer.kubeflow.org` and `defaulter.trainer.kubeflow.org`. Their
+  serving certificate is the operator's own by default (it makes, renews and injects it, so `helm template`
+  and GitOps tools work), or cert-manager's (`certManager.enabled`), or yours (`webhook.existingSecret.name`).
 - The default ClusterTrainingRuntimes (`runtimes.*`), as Helm hooks: applied after the CRDs exist, removed
   on uninstall.
 - The `kubeflow-trainer-public` ConfigMap the Kubeflow SDK reads, readable by every authenticated user.

@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kubeflow-trainer"
 RELEASE = "kubeflow-trainer"
 NAMESPACE = "kubeflow-system"
+OPERATOR_ACCOUNT = "kubeflow-trainer-controller-manager"  # the release's ServiceAccount
 TRAINER_API = "trainer.kubeflow.org/v1alpha1"
 _LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -168,6 +169,12 @@ def _remove_preinstalled(server: RealCluster) -> None:
 
     with contextlib.suppress(APIError):
         server.delete("v1", "ConfigMap", PUBLIC_CONFIGMAP, SYSTEM_NAMESPACE)
+    # Other tests run the operator as the chart's ServiceAccount (a TokenRequest needs the account,
+    # so the cluster view makes it): not Helm's, so Helm would refuse to adopt it.
+    with contextlib.suppress(APIError):
+        account = server.get("v1", "ServiceAccount", OPERATOR_ACCOUNT, NAMESPACE)
+        if (account["metadata"].get("labels") or {}).get("app.kubernetes.io/managed-by") != "Helm":
+            server.delete("v1", "ServiceAccount", OPERATOR_ACCOUNT, NAMESPACE)
     for crd in _trainer_crds(server):
         server.delete(CRD_API, "CustomResourceDefinition", crd["metadata"]["name"], "")
     wait_for("the trainer CRDs gone", lambda: not _trainer_crds(server), timeout=120)

@@ -9,7 +9,6 @@ and Prometheus Operator's.
 from __future__ import annotations
 
 import base64
-import datetime
 import json
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,6 @@ import kubernetes_validate
 import pytest
 import reference_data
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from trainer_sandbox import sandbox
 
 from trainer.apimachinery import structural
@@ -57,11 +54,26 @@ def all_runtimes(enabled: bool) -> Obj:
     return values
 
 
+# A CA's PEM, base64, as a user gives it with webhook.existingSecret.caBundle (not parsed by the chart).
+CA_BUNDLE = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").decode()
+
 # Each toggle the chart has, and the values a user of upstream's chart would carry over.
 TOGGLES: dict[str, Obj] = {
     "defaults": {},
     "crds-off": {"crds": {"enabled": False}},
     "cert-manager": {"certManager": {"enabled": True}},
+    "existing-secret": {"webhook": {"existingSecret": {"name": "corp-webhook-tls", "caBundle": CA_BUNDLE}}},
+    "existing-secret-injected": {
+        "webhook": {
+            "existingSecret": {"name": "corp-webhook-tls"},
+            "annotations": {"service.beta.openshift.io/inject-cabundle": "true"},
+        }
+    },
+    "operator-certificate": {
+        "webhook": {
+            "operatorCertificate": {"caValidity": "8760h", "certValidity": "720h", "checkInterval": "30s"}
+        }
+    },
     "cert-manager-issuer": {
         "certManager": {"enabled": True, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}
     },
@@ -194,6 +206,11 @@ def test_strict_lint_is_clean(toggle: str) -> None:
         ({"manager": {"config": {"metrics": {"bindAddress": "8080"}}}}, "bindAddress"),
         ({"runtimes": {"torchDistributed": {"enabled": "yes"}}}, "enabled"),
         ({"certManager": {"issuerRef": {"kind": "ClusterIssuer"}}}, "name"),
+        ({"webhook": {"selfManagedCertValidityDays": 365}}, "selfManagedCertValidityDays"),  # gone
+        ({"webhook": {"operatorCertificate": {"certValidity": "30d"}}}, "certValidity"),
+        ({"webhook": {"existingSecret": {"caBundle": "not base64!"}}}, "caBundle"),
+        # Two sources for one certificate.
+        ({"certManager": {"enabled": True}, "webhook": {"existingSecret": {"name": "x"}}}, "existingSecret"),
         ({"dataCache": {"enabled": True}}, "dataCache"),
     ],
 )
@@ -380,10 +397,27 @@ def test_operator_configuration_is_what_the_operator_reads(rendered: dict[str, l
         config = Configuration.model_validate(yaml.safe_load(text))  # refuses unknown fields
         pod = h.one(objects, "Deployment")["spec"]["template"]["spec"]
         mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
-        assert config.webhook.cert_dir == mounts["webhook-cert"], name
         assert config.webhook.enabled and not config.webhook.manage_configuration
-        secret = next(v for v in pod["volumes"] if v["name"] == "webhook-cert")["secret"]["secretName"]
-        assert secret == "kubeflow-trainer-webhook-cert"
+        expected_secret = (
+            "corp-webhook-tls" if name.startswith("existing-secret") else "kubeflow-trainer-webhook-cert"
+        )
+        if config.cert_management.enable:
+            # The operator's own certificate: read from its Secret through the API, written under the
+            # writable /tmp (nothing mounted), for the Service the webhooks call.
+            assert "webhook-cert" not in mounts, name
+            assert config.webhook.cert_dir is not None and config.webhook.cert_dir.startswith(
+                mounts["tmp"] + "/"
+            )
+            settings = config.cert_management
+            assert settings.webhook_secret_name == expected_secret
+            assert settings.webhook_secret_namespace == h.NAMESPACE
+            assert settings.webhook_service_name == h.one(objects, "Service")["metadata"]["name"]
+            assert settings.validating_webhook_configuration_name == "validator.trainer.kubeflow.org"
+            assert settings.mutating_webhook_configuration_name == "defaulter.trainer.kubeflow.org"
+        else:
+            assert config.webhook.cert_dir == mounts["webhook-cert"], name
+            secret = next(v for v in pod["volumes"] if v["name"] == "webhook-cert")["secret"]["secretName"]
+            assert secret == expected_secret
         args = pod["containers"][0]["args"]
         assert f"--config={mounts['config']}/config.yaml" in args
     upstream = yaml.safe_load(
@@ -603,39 +637,99 @@ def test_runtime_images_can_be_replaced(rendered: dict[str, list[Obj]], default:
 # --- certificates -------------------------------------------------------------------------------
 
 
-def _pem(data: str) -> x509.Certificate:
-    return x509.load_pem_x509_certificate(base64.b64decode(data))
+WEBHOOK_KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
+CERTIFICATE_RBAC = "kubeflow-trainer-webhook-certificate"
 
 
-def test_self_managed_certificate_serves_the_service(default: list[Obj]) -> None:
+def _config(objects: list[Obj]) -> Configuration:
+    text = h.one(objects, "ConfigMap", "kubeflow-trainer-config")["data"]["config.yaml"]
+    return Configuration.model_validate(yaml.safe_load(text))
+
+
+def test_operator_certificate_is_the_default_and_renders_the_same_twice(
+    default: list[Obj], rendered: dict[str, list[Obj]]
+) -> None:
+    # What `helm template` (and a GitOps tool) renders on every sync: nothing generated, nothing
+    # looked up, so a second render is the first, byte for byte.
+    assert h.render_files() == h.render_files()
     secret = h.one(default, "Secret", "kubeflow-trainer-webhook-cert")
-    assert secret["type"] == "kubernetes.io/tls"
-    ca, cert = _pem(secret["data"]["ca.crt"]), _pem(secret["data"]["tls.crt"])
-    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
-    public_key = ca.public_key()
-    signature_hash = cert.signature_hash_algorithm
-    assert signature_hash is not None
-    if isinstance(public_key, rsa.RSAPublicKey):
-        public_key.verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(), signature_hash)
-    else:
-        assert isinstance(public_key, ec.EllipticCurvePublicKey)
-        public_key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(signature_hash))
-    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
-        x509.DNSName
-    )
-    service = "kubeflow-trainer-controller-manager"
-    assert f"{service}.{h.NAMESPACE}.svc" in names
-    lifetime = cert.not_valid_after_utc - cert.not_valid_before_utc
-    assert abs(lifetime - datetime.timedelta(days=3650)) < datetime.timedelta(days=2)
-    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
-        for hook in h.one(default, kind)["webhooks"]:
-            assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"]
+    assert "data" not in secret and secret["type"] == "Opaque"  # filled and renewed by the operator
+    for kind in WEBHOOK_KINDS:
+        config = h.one(default, kind)
+        assert all("caBundle" not in hook["clientConfig"] for hook in config["webhooks"])
+        assert "annotations" not in config["metadata"]
     assert h.find(default, "Certificate") == [] and h.find(default, "Issuer") == []
+    settings = _config(default).cert_management
+    assert settings.enable
+    assert (settings.ca_validity, settings.cert_validity, settings.check_interval) == (
+        "87600h",
+        "8760h",
+        "10s",
+    )
+    tuned = _config(rendered["operator-certificate"]).cert_management
+    assert (tuned.ca_validity, tuned.cert_validity, tuned.check_interval) == ("8760h", "720h", "30s")
+    # RBAC for exactly that, by name: the Secret in the release namespace, the two configurations.
+    role = h.one(default, "Role", CERTIFICATE_RBAC)
+    assert role["metadata"]["namespace"] == h.NAMESPACE
+    assert role["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["secrets"],
+            "resourceNames": ["kubeflow-trainer-webhook-cert"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    cluster_role = h.one(default, "ClusterRole", CERTIFICATE_RBAC)
+    assert cluster_role["rules"] == [
+        {
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": [plural],
+            "resourceNames": [name],
+            "verbs": ["get", "patch"],
+        }
+        for plural, name in (
+            ("validatingwebhookconfigurations", "validator.trainer.kubeflow.org"),
+            ("mutatingwebhookconfigurations", "defaulter.trainer.kubeflow.org"),
+        )
+    ]
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        binding = h.one(default, kind, CERTIFICATE_RBAC)
+        assert binding["roleRef"]["name"] == CERTIFICATE_RBAC
+        assert binding["subjects"] == [
+            {
+                "kind": "ServiceAccount",
+                "name": "kubeflow-trainer-controller-manager",
+                "namespace": h.NAMESPACE,
+            }
+        ]
+
+
+def test_existing_secret_is_mounted_with_its_ca_bundle(rendered: dict[str, list[Obj]]) -> None:
+    for toggle in ("existing-secret", "existing-secret-injected"):
+        objects = rendered[toggle]
+        assert h.find(objects, "Secret") == [], "the user's Secret is not the chart's"
+        assert (
+            h.find(objects, "Role", CERTIFICATE_RBAC)
+            == []
+            == h.find(objects, "ClusterRole", CERTIFICATE_RBAC)
+        )
+        assert not _config(objects).cert_management.enable
+        pod = h.one(objects, "Deployment")["spec"]["template"]["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "webhook-cert")
+        assert volume["secret"]["secretName"] == "corp-webhook-tls"
+    for kind in WEBHOOK_KINDS:
+        given = h.one(rendered["existing-secret"], kind)
+        assert {hook["clientConfig"]["caBundle"] for hook in given["webhooks"]} == {CA_BUNDLE}
+        injected = h.one(rendered["existing-secret-injected"], kind)
+        assert all("caBundle" not in hook["clientConfig"] for hook in injected["webhooks"])
+        assert injected["metadata"]["annotations"] == {"service.beta.openshift.io/inject-cabundle": "true"}
 
 
 def test_cert_manager_issues_the_certificate(rendered: dict[str, list[Obj]]) -> None:
     objects = rendered["cert-manager"]
     assert h.find(objects, "Secret") == []
+    assert h.find(objects, "Role", CERTIFICATE_RBAC) == [] == h.find(objects, "ClusterRole", CERTIFICATE_RBAC)
+    assert not _config(objects).cert_management.enable
     serving = h.one(objects, "Certificate", "kubeflow-trainer-webhook")
     assert serving["spec"]["secretName"] == "kubeflow-trainer-webhook-cert"
     assert f"kubeflow-trainer-controller-manager.{h.NAMESPACE}.svc" in serving["spec"]["dnsNames"]

@@ -109,13 +109,14 @@ def test_documented_values_are_the_charts(path: Path) -> None:
 
 
 def test_the_sdk_example_uses_the_sdks_names() -> None:
-    (example,) = blocks(h.ROOT / "docs" / "user-guide.md", "python")
-    tree = ast.parse(example)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            module = pytest.importorskip(node.module or "", reason="the Kubeflow SDK is not installed")
-            for alias in node.names:
-                assert hasattr(module, alias.name), f"{node.module}.{alias.name}"
+    examples = blocks(h.ROOT / "docs" / "user-guide.md", "python")
+    assert len(examples) == 2, "submitting with the SDK, and reporting progress from a pod"
+    for example in examples:
+        for node in ast.walk(ast.parse(example)):
+            if isinstance(node, ast.ImportFrom):
+                module = pytest.importorskip(node.module or "", reason="the Kubeflow SDK is not installed")
+                for alias in node.names:
+                    assert hasattr(module, alias.name), f"{node.module}.{alias.name}"
     sdk = importlib.import_module("kubeflow.trainer")
     for method in ("train", "get_runtime", "wait_for_job_status", "get_job_logs"):
         assert hasattr(sdk.TrainerClient, method)

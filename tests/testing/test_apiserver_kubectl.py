@@ -123,7 +123,17 @@ def test_server_side_apply_and_printer_columns(cluster: Cluster, kubectl: Kubect
     managers = {(m["manager"], m["operation"]) for m in obj["metadata"]["managedFields"]}
     assert ("kubectl", "Apply") in managers
     table = kubectl.run("get", "trainjobs").stdout.splitlines()
-    assert table[0].split() == ["NAME", "STATE", "RUNTIME", "NODES", "AGE"]
+    assert table[0].split() == [
+        "NAME",
+        "STATE",
+        "PROGRESS",
+        "%",
+        "SECONDS",
+        "LEFT",
+        "RUNTIME",
+        "NODES",
+        "AGE",
+    ]
     assert table[1].split()[:3] == ["demo", "torch-distributed", "1"]
     rows = {
         line.split()[0]: line.split()

@@ -59,3 +59,28 @@ REASON_RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
 MSG_SUSPENDED = "TrainJob is suspended"
 MSG_RESUMED = "TrainJob is resumed"
 MSG_DEADLINE_EXCEEDED = "TrainJob exceeded its active deadline"
+
+# Progress reporting (the TrainJobStatus feature gate; docs/user-guide.md, "Report progress").
+FEATURE_TRAINJOB_STATUS = "TrainJobStatus"
+STATUS_SERVER_PORT = 10443
+STATUS_SERVER_PATH = "/apis/" + API_VERSION + "/namespaces/{namespace}/trainjobs/{name}/status"
+STATUS_SERVER_FIELD_MANAGER = "trainer-status"
+STATUS_SERVER_MAX_BODY = 64 * 1024
+STATUS_SERVER_URL_ENV = "KUBEFLOW_TRAINER_SERVER_URL"
+STATUS_SERVER_CA_CERT_ENV = "KUBEFLOW_TRAINER_SERVER_CA_CERT"
+STATUS_SERVER_TOKEN_ENV = "KUBEFLOW_TRAINER_SERVER_TOKEN"
+STATUS_SERVER_MOUNT_PATH = "/var/run/secrets/kubeflow/trainer"
+STATUS_SERVER_VOLUME = "kubeflow-trainer-token"
+STATUS_SERVER_TLS_CONFIG_SUFFIX = "-tls-config"
+STATUS_SERVER_CA_KEY = "ca.crt"
+STATUS_SERVER_TOKEN_SECONDS = 3600
+
+
+def status_server_path(namespace: str, name: str) -> str:
+    """The path a TrainJob's pods POST their progress to."""
+    return STATUS_SERVER_PATH.format(namespace=namespace, name=name)
+
+
+def status_server_audience(namespace: str, name: str) -> str:
+    """The audience of the token a TrainJob's pods present: that TrainJob's own, and no other's."""
+    return status_server_path(namespace, name).removeprefix("/apis/")

@@ -214,6 +214,19 @@ def build_crds() -> list[dict[str, Any]]:
                     "type": "string",
                     "jsonPath": '.status.conditions[?(@.status=="True")].type',
                 },
+                # docs/decisions.md §10: what the training pods last reported (the TrainJobStatus gate).
+                {
+                    "name": "Progress %",
+                    "type": "integer",
+                    "description": "Percent done, as the training last reported it",
+                    "jsonPath": ".status.trainerStatus.progressPercentage",
+                },
+                {
+                    "name": "Seconds Left",
+                    "type": "integer",
+                    "description": "The training's estimate of the seconds it has left",
+                    "jsonPath": ".status.trainerStatus.estimatedRemainingSeconds",
+                },
                 {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtimeRef.name"},
                 {"name": "Nodes", "type": "integer", "jsonPath": ".spec.trainer.numNodes"},
                 age,

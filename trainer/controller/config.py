@@ -2,7 +2,7 @@
 
 Field names follow upstream's ``config.trainer.kubeflow.org/v1alpha1`` Configuration where the
 same setting exists (``clientConnection``, ``controller``, ``webhook``, ``metrics``, ``health``,
-``leaderElection``, ``featureGates``), so a platform team can carry its values over; ``plugins`` is ours.
+``leaderElection``, ``featureGates``, ``statusServer``), so a platform team can carry its values over; ``plugins`` is ours.
 """
 
 from __future__ import annotations
@@ -56,6 +56,53 @@ class Webhook(_Section):
     # The address the API server calls when the operator manages the configurations.
     advertise_host: str | None = Field(None, alias="advertiseHost")
     enabled: bool = True
+
+
+class CertManagement(_Section):
+    """Upstream's ``certManagement`` (``enable``, ``webhookServiceName``, ``webhookSecretName``): the
+    operator makes the webhooks' CA and serving certificate itself, keeps them in one Secret, renews
+    them before they expire and writes the CA into the webhook configurations' ``caBundle``
+    (``controller/certs.py``). The other fields are ours."""
+
+    enable: bool = False
+    webhook_service_name: str = Field(
+        "kubeflow-trainer-controller-manager", alias="webhookServiceName", min_length=1
+    )
+    webhook_secret_name: str = Field("kubeflow-trainer-webhook-cert", alias="webhookSecretName", min_length=1)
+    # Empty: the namespace of the operator's ServiceAccount (in a pod), else the kubeconfig context's.
+    # The Service is in the same namespace.
+    webhook_secret_namespace: str = Field("", alias="webhookSecretNamespace")
+    validating_webhook_configuration_name: str = Field(
+        "validator.trainer.kubeflow.org", alias="validatingWebhookConfigurationName", min_length=1
+    )
+    mutating_webhook_configuration_name: str = Field(
+        "defaulter.trainer.kubeflow.org", alias="mutatingWebhookConfigurationName", min_length=1
+    )
+    # Go durations. Each certificate is renewed when a third of its lifetime is left, as
+    # cert-manager does by default; the CA's renewal keeps the old CA in the caBundle until it expires.
+    ca_validity: str = Field("87600h", alias="caValidity")
+    cert_validity: str = Field("8760h", alias="certValidity")
+    # How often every replica reads the Secret, and the leader checks expiry and the caBundle.
+    check_interval: str = Field("10s", alias="checkInterval")
+
+    @field_validator("ca_validity", "cert_validity", "check_interval")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        if parse_duration(value) <= 0:
+            raise ValueError(f"{value!r}: a certManagement duration must be above zero")
+        return value
+
+    @property
+    def ca_validity_seconds(self) -> float:
+        return parse_duration(self.ca_validity)
+
+    @property
+    def cert_validity_seconds(self) -> float:
+        return parse_duration(self.cert_validity)
+
+    @property
+    def check_interval_seconds(self) -> float:
+        return parse_duration(self.check_interval)
 
 
 class Metrics(_Section):
@@ -112,6 +159,20 @@ class LeaderElection(_Section):
         return parse_duration(self.retry_period)
 
 
+class StatusServer(_Section):
+    """Upstream's ``statusServer`` (``port``, ``qps``, ``burst``): where training pods report progress
+    when the ``TrainJobStatus`` gate is on (``controller/status_server.py``). ``advertisedURL`` is
+    ours: the base URL pods are given; empty, the operator's Service
+    (``https://<certManagement.webhookServiceName>.<namespace>.svc:<port>``)."""
+
+    port: int = Field(10443, ge=1, le=65535)
+    host: str = "0.0.0.0"
+    # The server's own API client (TokenReview, pods, the status writes): upstream's defaults.
+    qps: float = Field(5.0, gt=0)
+    burst: int = Field(10, ge=1)
+    advertised_url: str = Field("", alias="advertisedURL", pattern=r"^(https://[^/?#]+)?$")
+
+
 class Plugins(_Section):
     # Built-in plugins to turn off (what the v1 operator's enable-scheme flag did for job kinds).
     disabled: list[str] = Field(default_factory=list)
@@ -125,11 +186,20 @@ class Configuration(_Section):
     client_connection: ClientConnection = Field(default_factory=ClientConnection, alias="clientConnection")
     controller: Controller = Field(default_factory=Controller)
     webhook: Webhook = Field(default_factory=Webhook)
+    cert_management: CertManagement = Field(default_factory=CertManagement, alias="certManagement")
     metrics: Metrics = Field(default_factory=Metrics)
     health: Health = Field(default_factory=Health)
     leader_election: LeaderElection = Field(default_factory=LeaderElection, alias="leaderElection")
     feature_gates: dict[str, bool] = Field(default_factory=dict, alias="featureGates")
+    status_server: StatusServer = Field(default_factory=StatusServer, alias="statusServer")
     plugins: Plugins = Field(default_factory=Plugins)
+
+    @model_validator(mode="after")
+    def _one_certificate_source(self) -> Configuration:
+        if self.cert_management.enable and self.webhook.manage_configuration:
+            # kopf would write configurations of its own, trusting the serving certificate itself.
+            raise ValueError("certManagement.enable and webhook.manageConfiguration exclude each other")
+        return self
 
 
 def load(path: str | None) -> Configuration:

@@ -21,6 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
+from urllib.parse import urlsplit
 
 import kopf
 
@@ -29,6 +30,7 @@ from trainer.api.objects import Obj
 from trainer.apimachinery.errors import AdmissionError
 from trainer.controller import events
 from trainer.controller.cache import Cache, owner_trainjob
+from trainer.controller.certificate import SelfManagedCertificate
 from trainer.controller.certs import CertificateReloader
 from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.config import Configuration, split_address
@@ -38,12 +40,14 @@ from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_
 from trainer.controller.metrics import Metrics
 from trainer.controller.reconciler import Reconciler, WorkQueue, utc_now
 from trainer.controller.resources import CRDS, JOBSETS, WATCHED, Resource, Role
+from trainer.controller.status_server import Server as StatusServerApp
 from trainer.runtime import framework as fw
 
 logger = logging.getLogger("trainer.operator")
 
 JOBSET_CRD = JOBSETS.type.name
 LOGIN_RETRY_SECONDS = 10  # kopf tries a failed login again after this long
+KOPF_FILE_CHECK_SECONDS = 10 * 365 * 86400.0  # never, in effect
 
 
 class StartupError(Exception):
@@ -67,6 +71,12 @@ class Running:
     # The reconcile workers: running while this replica reconciles (always, without leader election).
     workers: list[asyncio.Task[None]] = field(default_factory=list)
     elector: Elector | None = None  # with leader election: starts and stops the workers
+    certificate: SelfManagedCertificate | None = None  # with certManagement.enable
+    # With the TrainJobStatus gate: the progress status server, its client, and a certificate of
+    # its own when the webhooks (whose certificate it serves otherwise) are off.
+    status_server: StatusServerApp | None = None
+    status_client: ApiClient | None = None
+    status_tls: tempfile.TemporaryDirectory[str] | None = None
 
     def start_workers(self, count: int) -> None:
         if not self.workers:
@@ -90,6 +100,12 @@ class Running:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.tasks.clear()
+        if self.status_server is not None:
+            await self.status_server.stop()
+        if self.status_client is not None:
+            await self.status_client.close()
+        if self.status_tls is not None:
+            self.status_tls.cleanup()
         await self.informer.close()
         await self.recorder.stop()
         if self.reconciler.client is not self.client:
@@ -159,12 +175,21 @@ class Operator:
             await informer.close()
             await client.close()
             raise
-        # Events get a client and budget of their own, as controller-runtime's recorder does.
-        events_client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
-        reconciler_client = client
         elector: Elector | None = None
         if election.leader_elect and lease_namespace:
             elector = self._elector(credentials, lease_namespace)
+        certificate: SelfManagedCertificate | None = None
+        if self.tls is not None and self.config.cert_management.enable:
+            try:
+                certificate = await self._certificate(client, connection.default_namespace, elector)
+            except BaseException:
+                await informer.close()
+                await client.close()
+                raise
+        # Events get a client and budget of their own, as controller-runtime's recorder does.
+        events_client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        reconciler_client = client
+        if elector is not None:
             # The reconciler and its Events write only through the fence (controller/leader.py);
             # the watches share the reconciler's budget, not its fence.
             reconciler_client = FencedClient.behind(elector.fence, client)
@@ -174,7 +199,16 @@ class Operator:
         reconciler = Reconciler(
             reconciler_client, self.cache, self.framework, self.metrics, recorder, self.queue
         )
-        self.running = running = Running(credentials, client, recorder, reconciler, informer, elector=elector)
+        self.running = running = Running(
+            credentials, client, recorder, reconciler, informer, elector=elector, certificate=certificate
+        )
+        if c.FEATURE_TRAINJOB_STATUS in self.framework.enabled:
+            try:
+                await self._start_status_server(running, connection.default_namespace)
+            except BaseException:
+                self.running = None
+                await running.stop()
+                raise
         for key in list(self.cache.trainjobs):
             self.queue.add(key)
         if elector is None:
@@ -192,6 +226,8 @@ class Operator:
             self.metrics.serve(host, port)
         if self.tls is not None:
             running.tasks.append(asyncio.create_task(self.tls.reloader.watch(), name="certificate-reloader"))
+        if certificate is not None:
+            running.tasks.append(asyncio.create_task(certificate.run(), name="webhook-certificate"))
         self.ready.set()
 
     async def cleanup(self) -> None:
@@ -202,6 +238,81 @@ class Operator:
         if self.tls is not None and self.tls.self_signed is not None:
             self.tls.self_signed.cleanup()
             self.tls.self_signed = None
+
+    async def _certificate(
+        self, client: ApiClient, default_namespace: str | None, elector: Elector | None
+    ) -> SelfManagedCertificate:
+        """The webhook certificate from its Secret (made now if there is none), in the files the
+        webhook server serves before it starts (controller/certificate.py)."""
+        settings = self.config.cert_management
+        namespace = settings.webhook_secret_namespace or default_namespace
+        if not namespace:
+            raise StartupError(
+                "certManagement.webhookSecretNamespace is not set, and there is no namespace to default "
+                "it to (no in-cluster ServiceAccount, no namespace in the kubeconfig context)"
+            )
+        assert self.tls is not None
+        reloader = self.tls.reloader
+        certificate = SelfManagedCertificate(
+            client,
+            settings,
+            namespace,
+            Path(reloader.certfile).parent,
+            advertise_host=self.config.webhook.advertise_host,
+            leading=lambda: elector is None or elector.leading,
+            on_files_changed=reloader.reload_if_changed,
+        )
+        try:
+            await certificate.sync()
+        except ApiError as exc:
+            raise StartupError(
+                f"the webhook certificate Secret {namespace}/{settings.webhook_secret_name} cannot be "
+                f"read or made: {exc}"
+            ) from exc
+        return certificate
+
+    async def _start_status_server(self, running: Running, default_namespace: str | None) -> None:
+        """The progress status server (``TrainJobStatus``; controller/status_server.py), on every
+        replica, and the facts its plugin renders from: the URL pods are given and the CA."""
+        from trainer.controller import status_server as ss
+
+        settings, certs_config = self.config.status_server, self.config.cert_management
+        namespace = certs_config.webhook_secret_namespace or default_namespace or "kubeflow-system"
+        service = f"{certs_config.webhook_service_name}.{namespace}.svc"
+        url = settings.advertised_url or f"https://{service}:{settings.port}"
+        client = running.status_client = ApiClient.from_credentials(
+            running.credentials, qps=settings.qps, burst=settings.burst
+        )
+        if self.tls is not None:  # the webhooks' certificate, renewed in place in this context
+            reloader = self.tls.reloader
+            certfile, keyfile, context = reloader.certfile, reloader.keyfile, reloader.context
+        else:
+            running.status_tls = _self_signed(urlsplit(url).hostname)
+            certfile, keyfile = f"{running.status_tls.name}/tls.crt", f"{running.status_tls.name}/tls.key"
+            context = CertificateReloader(certfile, keyfile).context
+        context.load_cert_chain(certfile, keyfile)  # kopf's webhook server may not have loaded it yet
+        authority = ss.CertificateAuthority(cert_dir=Path(certfile).parent)
+        interval = 30.0
+        if running.certificate is not None:
+            authority = ss.CertificateAuthority(client, running.certificate.secret_path)
+            interval = certs_config.check_interval_seconds
+        await ss.refresh_facts(self.cache, url, authority)
+
+        def ca_changed() -> None:  # the <name>-tls-config ConfigMaps follow
+            for key in list(self.cache.trainjobs):
+                self.queue.add(key)
+
+        keep = ss.keep_facts(self.cache, url, authority, interval, ca_changed)
+        running.tasks.append(asyncio.create_task(keep, name="status-ca"))
+        server = ss.Server(
+            ss.TokenReviewAuthenticator(client, self.cache),
+            ss.status_writer(client),
+            ssl_context=context,
+            host=settings.host,
+            port=settings.port,
+        )
+        await server.start()
+        running.status_server = server
 
     def _elector(self, credentials: Credentials, namespace: str) -> Elector:
         """The Lease campaign: while this replica leads, the workers run; the moment it stops, they stop.
@@ -225,6 +336,8 @@ class Operator:
                 self.queue.add(key)
             running.start_workers(self.config.controller.trainjob_workers)
             gauge.set(1)
+            if running.certificate is not None:
+                running.certificate.wake()  # renewals and the caBundle are the leader's now
 
         async def stopped() -> None:
             gauge.set(0)
@@ -422,6 +535,10 @@ class Operator:
             self_signed: tempfile.TemporaryDirectory[str] | None = None
             if webhook.cert_dir:
                 cert_dir = webhook.cert_dir
+            elif self.config.cert_management.enable:
+                # Written from the certificate Secret at start-up (controller/certificate.py).
+                self_signed = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
+                cert_dir = self_signed.name
             else:
                 self_signed = _self_signed(webhook.advertise_host)
                 cert_dir = self_signed.name
@@ -434,6 +551,9 @@ class Operator:
                 pkeyfile=pkeyfile,
                 host=webhook.advertise_host,
                 context=self.tls.reloader.context,
+                # Renewed files are loaded into the same context in place (CertificateReloader);
+                # kopf's own check would close and reopen the port, refusing calls meanwhile.
+                file_check_interval=KOPF_FILE_CHECK_SECONDS,
             )
             if webhook.manage_configuration:
                 settings.admission.managed = "trainer.kubeflow.org"

@@ -8,7 +8,8 @@ configuration allow-lists it by name, because the operator holds cluster-wide ri
 should load into it implicitly.
 
 Order within a phase is fixed (docs/decisions.md §1): PlainML; Torch, MPI, JAX, XGBoost, Flux;
-Coscheduling, Volcano; JobSet; then other packages' plugins by name. pluggy calls the
+Coscheduling, Volcano; TrainJobStatus; JobSet; then other packages' plugins by name. A built-in
+behind a feature gate (``GATED``) loads only when its gate is on. pluggy calls the
 implementations of a hook last-registered-first, so registration runs in reverse.
 """
 
@@ -36,8 +37,12 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "Flux": "trainer.plugins.flux",
     "CoScheduling": "trainer.plugins.coscheduling",
     "Volcano": "trainer.plugins.volcano",
+    "TrainJobStatus": "trainer.plugins.trainjob_status",
     "JobSet": "trainer.plugins.jobset",
 }
+
+# Built-in plugins that load only when a feature gate is on: plugin name -> gate (upstream's names).
+GATED: dict[str, str] = {"TrainJobStatus": "TrainJobStatus"}
 
 
 class Plugin(Protocol):
@@ -158,7 +163,11 @@ def load(config: PluginConfig | None = None, extra: Iterable[Plugin] = ()) -> Fr
             f"allow-listed plugins not installed (entry-point group {ENTRY_POINT_GROUP!r}): {', '.join(missing)}"
         )
     builtins = [_load_builtin(name) for name in BUILTIN_PLUGINS]
-    enabled: list[Plugin] = [p for p in builtins if p.name not in config.disabled]
+    enabled: list[Plugin] = [
+        p
+        for p in builtins
+        if p.name not in config.disabled and (p.name not in GATED or config.feature_gates.get(GATED[p.name]))
+    ]
     for name in sorted(config.allowed_external):
         if name in config.disabled:
             continue

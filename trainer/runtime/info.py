@@ -21,6 +21,22 @@ class PluginError(Exception):
     """A TrainJob cannot be reconciled as it stands; the message is shown on status and events."""
 
 
+@dataclass(frozen=True)
+class StatusServer:
+    """Where training pods report progress (the ``TrainJobStatus`` feature), as a cluster fact.
+
+    The operator fills it from its own configuration and serving certificate; ``trainer render``
+    from its flags. ``url`` is the server's base URL (scheme, host and port); ``ca_cert`` the PEM
+    of the CA that signed its certificate, empty when it could not be read, and then
+    ``ca_error`` says why the certificate could not be looked up at all (None when it could, but
+    held no CA).
+    """
+
+    url: str
+    ca_cert: str = ""
+    ca_error: str | None = None
+
+
 class Facts:
     """What the render core may know about the cluster: objects by kind, namespace and name.
 
@@ -32,6 +48,8 @@ class Facts:
 
     def __init__(self) -> None:
         self._objects: dict[tuple[str, str, str], dict[str, Obj]] = {}
+        # The progress status server's address and CA; None where none is known.
+        self.status_server: StatusServer | None = None
 
     @staticmethod
     def key(kind: str, namespace: str | None, name: str) -> tuple[str, str, str]:

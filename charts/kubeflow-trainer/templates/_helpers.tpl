@@ -38,7 +38,23 @@ as in upstream's chart.
 {{- end }}
 
 {{- define "trainer.webhook.secret.name" -}}
+{{- if and (not .Values.certManager.enabled) .Values.webhook.existingSecret.name }}
+{{- .Values.webhook.existingSecret.name }}
+{{- else }}
 {{- printf "%s-webhook-cert" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Where the webhooks' serving certificate comes from: `certManager` (certManager.enabled), `secret`
+(webhook.existingSecret.name, the user's), or `operator` (the default: the operator makes, renews
+and injects its own, so nothing in the rendered chart changes from one render to the next).
+*/}}
+{{- define "trainer.webhook.certSource" -}}
+{{- if and .Values.certManager.enabled .Values.webhook.existingSecret.name }}
+{{- fail "certManager.enabled and webhook.existingSecret.name both name the webhook certificate's source: set one" }}
+{{- end }}
+{{- if .Values.certManager.enabled }}certManager{{ else if .Values.webhook.existingSecret.name }}secret{{ else }}operator{{ end }}
 {{- end }}
 
 {{/* The Service the API server calls for the webhooks (and Prometheus scrapes). */}}
@@ -106,12 +122,22 @@ Ports and addresses from manager.config: ":8080" -> 8080; ":8081" -> "0.0.0.0:80
 
 {{/* Where the pod mounts the operator's configuration and the webhook's certificate. */}}
 {{- define "trainer.configDir" -}}/etc/kubeflow-trainer/config{{- end }}
-{{- define "trainer.certDir" -}}/etc/kubeflow-trainer/webhook-certs{{- end }}
+{{- /* A mounted Secret (cert-manager's, the user's), or where the operator writes its own (under /tmp). */}}
+{{- define "trainer.certDir" -}}
+{{- if eq (include "trainer.webhook.certSource" .) "operator" }}/tmp/k8s-webhook-server/serving-certs
+{{- else }}/etc/kubeflow-trainer/webhook-certs
+{{- end }}
+{{- end }}
 
 {{/*
 The operator's configuration file (trainer run --config), from manager.config. Upstream's key
 `groupKindConcurrency.trainJob` becomes the kind-qualified key the operator reads.
 */}}
+{{- /* "true" when the TrainJobStatus feature gate is on: the status server runs. */ -}}
+{{- define "trainer.statusServer.enabled" -}}
+{{- if (get .Values.manager.config.featureGates "TrainJobStatus") }}true{{ end }}
+{{- end }}
+
 {{- define "trainer.operatorConfig" -}}
 {{- $c := .Values.manager.config }}
 apiVersion: config.trainer.kubeflow.org/v1alpha1
@@ -128,6 +154,22 @@ webhook:
   port: {{ $c.webhook.port }}
   certDir: {{ include "trainer.certDir" . }}
   manageConfiguration: false
+{{- if eq (include "trainer.webhook.certSource" .) "operator" }}
+{{- $cert := .Values.webhook.operatorCertificate }}
+certManagement:
+  enable: true
+  webhookServiceName: {{ include "trainer.service.name" . | quote }}
+  webhookSecretName: {{ include "trainer.webhook.secret.name" . | quote }}
+  webhookSecretNamespace: {{ .Release.Namespace | quote }}
+  validatingWebhookConfigurationName: validator.trainer.kubeflow.org
+  mutatingWebhookConfigurationName: defaulter.trainer.kubeflow.org
+  caValidity: {{ $cert.caValidity | quote }}
+  certValidity: {{ $cert.certValidity | quote }}
+  checkInterval: {{ $cert.checkInterval | quote }}
+{{- else }}
+certManagement:
+  enable: false
+{{- end }}
 metrics:
   bindAddress: {{ $c.metrics.bindAddress | quote }}
 health:
@@ -140,6 +182,12 @@ leaderElection:
   renewDeadline: {{ $c.leaderElection.renewDeadline | quote }}
   retryPeriod: {{ $c.leaderElection.retryPeriod | quote }}
 featureGates: {{ $c.featureGates | toJson }}
+statusServer:
+  port: {{ $c.statusServer.port }}
+  qps: {{ $c.statusServer.qps }}
+  burst: {{ $c.statusServer.burst }}
+  {{- $service := printf "https://%s.%s.svc:%v" (include "trainer.service.name" .) .Release.Namespace $c.statusServer.port }}
+  advertisedURL: {{ $c.statusServer.advertisedURL | default $service | quote }}
 plugins:
   disabled: {{ $c.plugins.disabled | toJson }}
   allowed: {{ $c.plugins.allowed | toJson }}
