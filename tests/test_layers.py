@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Modules in one row are peers that must not import each other.
 LAYERS: list[tuple[str, ...]] = [
     ("trainer.cli",),
+    ("trainer.migrate",),
     ("trainer.render_cmd", "trainer.controller"),
     ("trainer.offline",),
     ("trainer.admission",),

@@ -62,6 +62,8 @@ def _build_parser() -> argparse.ArgumentParser:
         help="with TrainJobStatus: the PEM of the CA the pods trust (the <name>-tls-config ConfigMap)",
     )
 
+    _migrate_parser(sub)
+
     crds = sub.add_parser("crds", help="generate the CRDs in crds/ from the API models")
     crds.add_argument("--output-dir", default=None, help="where to write (default: the package's crds/)")
     crds.add_argument(
@@ -99,6 +101,40 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _migrate_parser(sub: Any) -> None:
+    """`trainer migrate` (trainer/migrate/cmd.py; docs/migration.md)."""
+    migrate = sub.add_parser(
+        "migrate", help="turn Training Operator v1 jobs (PyTorchJob for now) into TrainJobs"
+    )
+    source = migrate.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE",
+        help="manifest file, directory (its *.yaml, *.yml, *.json) or - for stdin; repeatable",
+    )
+    source.add_argument(
+        "--from-cluster",
+        action="store_true",
+        help="read the v1 jobs from the cluster the kubeconfig names (read only)",
+    )
+    scope = migrate.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="with --from-cluster: this namespace")
+    scope.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="with --from-cluster: every namespace"
+    )
+    migrate.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    migrate.add_argument(
+        "--lossy", action="store_true", help="convert what cannot be carried faithfully, each loss a Warning:"
+    )
+    migrate.add_argument(
+        "--no-suspend-running",
+        action="store_true",
+        help="do not suspend the TrainJob of a v1 job that is still running",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in _SANDBOX_COMMANDS:
@@ -109,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
             from trainer.render_cmd import run_render
 
             return run_render(args)
+        if args.command == "migrate":
+            from trainer.migrate.cmd import run_migrate
+
+            return run_migrate(args)
         if args.command == "crds":
             return _crds(args)
         if args.command == "run":

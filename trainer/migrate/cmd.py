@@ -1,0 +1,125 @@
+"""The `trainer migrate` command: read v1 jobs (manifests or the cluster), print TrainJobs.
+
+Exit codes (trainer/exit_codes.py): 0 every job converted; 1 a job could not be converted
+faithfully (its reason on stderr, nothing on stdout for it, the others converted); 2 usage or
+unreadable input; 3 an internal error (trainer/cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+
+from trainer.api.objects import Obj
+from trainer.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from trainer.migrate import pytorch
+from trainer.migrate.common import V1_GROUP, V1_KINDS, Options, Refusal, Result
+
+# The kinds converted in this version; the other v1 kinds are refused, naming `kind`.
+CONVERTERS: dict[str, Callable[[Obj, Options], Result]] = {"PyTorchJob": pytorch.convert}
+# The plural the cluster serves each converted kind under.
+PLURALS = {"PyTorchJob": "pytorchjobs"}
+
+
+def run_migrate(args: argparse.Namespace) -> int:
+    if not args.from_cluster and (args.namespace or args.all_namespaces):
+        print("error: -n and -A go with --from-cluster", file=sys.stderr)
+        return EXIT_USAGE
+    if args.from_cluster:
+        try:
+            jobs = read_cluster(args.namespace, args.all_namespaces)
+        except ClusterReadError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    else:
+        from trainer.manifests import ManifestError, read_manifests
+
+        try:
+            jobs = read_manifests(args.filename)
+        except ManifestError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+    options = Options(lossy=args.lossy, suspend_running=not args.no_suspend_running)
+    items: list[Obj] = []
+    refused = False
+    for job in jobs:
+        what = describe(job)
+        try:
+            result = convert(job, options)
+        except Refusal as exc:
+            refused = True
+            print(f"error: {what}: {exc.field}: {exc.reason}", file=sys.stderr)
+            continue
+        for warning in result.warnings:
+            print(f"Warning: {what}: {warning}", file=sys.stderr)
+        items.extend(result.objects)
+    if args.output == "json":
+        sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n")
+    elif items:
+        import yaml
+
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        sys.stdout.write(yaml.dump_all(items, Dumper=dumper, sort_keys=False, default_flow_style=False))
+    return EXIT_REFUSED if refused else EXIT_OK
+
+
+def describe(job: Obj) -> str:
+    metadata = job.get("metadata") or {}
+    namespace = metadata.get("namespace")
+    name = metadata.get("name", "?")
+    return f"{job.get('kind')} {namespace}/{name}" if namespace else f"{job.get('kind')} {name}"
+
+
+def convert(job: Obj, options: Options) -> Result:
+    kind = job.get("kind")
+    group = str(job.get("apiVersion", "")).partition("/")[0]
+    converter = CONVERTERS.get(str(kind))
+    if group != V1_GROUP or kind not in V1_KINDS:
+        raise Refusal("kind", f"{job.get('apiVersion')} {kind} is not a Training Operator v1 job")
+    if converter is None or job.get("apiVersion") != f"{V1_GROUP}/v1":
+        raise Refusal(
+            "kind",
+            f"{job.get('apiVersion')} {kind} is not supported yet in this version (PyTorchJob kubeflow.org/v1 is)",
+        )
+    return converter(job, options)
+
+
+class ClusterReadError(Exception):
+    """The cluster could not be read (no credentials, no v1 CRD, a refused request)."""
+
+
+def read_cluster(namespace: str | None, all_namespaces: bool) -> list[Obj]:
+    """The v1 jobs of the converted kinds, by LIST requests only: nothing in the cluster changes."""
+    import asyncio
+
+    return asyncio.run(_read_cluster(namespace, all_namespaces))
+
+
+async def _read_cluster(namespace: str | None, all_namespaces: bool) -> list[Obj]:
+    from trainer.controller.client import ApiClient, ApiError, ResourceType
+    from trainer.controller.credentials import Credentials, CredentialsError
+
+    try:
+        credentials = Credentials.of()
+        info = await credentials.current()
+    except CredentialsError as exc:
+        raise ClusterReadError(str(exc)) from None
+    if not all_namespaces and not namespace:
+        namespace = info.default_namespace or "default"
+    client = ApiClient.from_credentials(credentials, qps=20.0, burst=40)
+    jobs: list[Obj] = []
+    try:
+        for kind, plural in PLURALS.items():
+            rtype = ResourceType(V1_GROUP, "v1", plural)
+            try:
+                listed = await client.list(rtype, None if all_namespaces else namespace)
+            except ApiError as exc:
+                raise ClusterReadError(f"cannot list {rtype.name}: {exc}") from None
+            for item in listed.get("items") or []:
+                if isinstance(item, dict):
+                    jobs.append({"apiVersion": f"{V1_GROUP}/v1", "kind": kind, **item})
+    finally:
+        await client.close()
+    return jobs
