@@ -224,6 +224,21 @@ class OperatorProcess:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def leads(self) -> bool | None:
+        """What its metrics say of leader election: True while it holds the Lease, False while
+        it follows, None when it does not answer (killed, or not started yet)."""
+        import re
+        import urllib.request
+
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        found = re.search(r'^leader_election_master_status\{name="[^"]+"\} (\S+)$', text, re.M)
+        return found is not None and float(found.group(1)) == 1.0
+
     def kill(self) -> None:
         """SIGKILL, as the kubelet does after a pod's grace period (or the OOM killer)."""
         if self.alive():

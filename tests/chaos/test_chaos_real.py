@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import json
 import random
-import re
 import threading
 import time
 import urllib.error
@@ -195,15 +194,7 @@ class Replica:
     proxy: TcpProxy
 
     def leads(self) -> bool | None:
-        """What its metrics say: True while it holds the Lease (None: no answer, e.g. killed)."""
-        url = f"http://127.0.0.1:{self.process.metrics_port}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                text = r.read().decode()
-        except OSError:
-            return None
-        found = re.search(rf'^leader_election_master_status\{{name="{LEASE}"\}} (\S+)$', text, re.M)
-        return found is not None and float(found.group(1)) == 1.0
+        return self.process.leads()
 
 
 def replica(cluster: RealCluster, workdir: Path, name: str) -> Replica:

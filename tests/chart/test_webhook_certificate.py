@@ -18,11 +18,9 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import copy
-import re
 import socket
 import ssl
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -290,16 +288,6 @@ def test_rendered_twice_the_webhooks_work_with_the_operators_certificate(
         assert ("mutatingwebhookconfigurations", "defaulter.trainer.kubeflow.org", "patch") in on_names
 
 
-def leads(process: OperatorProcess) -> bool | None:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-    except OSError:
-        return None
-    found = re.search(r'^leader_election_master_status\{name="[^"]+"\} (\S+)$', text, re.M)
-    return found is not None and float(found.group(1)) == 1.0
-
-
 def test_two_replicas_share_one_secret_and_every_rotation_keeps_the_webhooks_working(
     cluster: Cluster, tmp_path: Path
 ) -> None:
@@ -348,7 +336,7 @@ def test_two_replicas_share_one_secret_and_every_rotation_keeps_the_webhooks_wor
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda r: r.start(), replicas))
     try:
-        leader = wait_for("a leader", lambda: next((r for r in replicas if leads(r)), None))
+        leader = wait_for("a leader", lambda: next((r for r in replicas if r.leads()), None))
         lease = settings["leaderElection"]["resourceName"]
         transitions = cluster.get("coordination.k8s.io/v1", "Lease", lease, ns)["spec"].get(
             "leaseTransitions"
@@ -393,7 +381,7 @@ def test_two_replicas_share_one_secret_and_every_rotation_keeps_the_webhooks_wor
             "the caBundle of the current CA", lambda: ca_bundles(cluster) == {secret_data(cluster)["ca.crt"]}
         )
         assert all(r.alive() for r in replicas)
-        assert leads(leader), "the leader stayed the leader"
+        assert leader.leads(), "the leader stayed the leader"
         after = cluster.get("coordination.k8s.io/v1", "Lease", lease, ns)["spec"].get("leaseTransitions")
         assert after == transitions, "the Lease changed hands during the test"
         stopping = time.time()  # then the follower takes the Lease over, and may renew in turn

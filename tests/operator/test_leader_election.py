@@ -10,9 +10,7 @@ durations are short (lease 4 s, renew deadline 3 s, retry 2 s -> 1 s) to keep th
 
 from __future__ import annotations
 
-import re
 import time
-import urllib.request
 from collections import Counter
 from datetime import datetime
 from pathlib import Path
@@ -59,17 +57,6 @@ def replica(cluster: Cluster, workdir: Path, name: str) -> OperatorProcess:
     return process
 
 
-def leads(process: OperatorProcess) -> bool | None:
-    """What the replica's metrics say: 1 while it holds the Lease (None: no answer)."""
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=2) as r:
-            text = r.read().decode()
-    except OSError:
-        return None
-    found = re.search(rf'^leader_election_master_status\{{name="{LEASE}"\}} (\S+)$', text, re.M)
-    return found is not None and float(found.group(1)) == 1.0
-
-
 def lease_spec(cluster: Cluster) -> dict[str, Any]:
     spec: dict[str, Any] = cluster.get(LEASE_API, "Lease", LEASE)["spec"]
     return spec
@@ -88,14 +75,16 @@ def test_a_killed_leader_is_replaced_within_the_lease_and_nothing_is_done_twice(
         a.start()
         b.start()
         leaders = wait_for(
-            lambda: [p for p in (a, b) if leads(p)] if leads(a) is not None and leads(b) is not None else [],
+            lambda: (
+                [p for p in (a, b) if p.leads()] if a.leads() is not None and b.leads() is not None else []
+            ),
             timeout=30,
             what="a leader",
         )
         assert len(leaders) == 1, "exactly one replica leads"
         leader = leaders[0]
         follower = b if leader is a else a
-        assert leads(follower) is False
+        assert follower.leads() is False
 
         # TrainJobs that complete, that keep running, and MPI ones (an SSH Secret each).
         names = {"done-1": 1, "done-2": 1, "running-1": -1, "running-2": -1}
@@ -158,7 +147,7 @@ def test_a_killed_leader_is_replaced_within_the_lease_and_nothing_is_done_twice(
         )
         assert waited <= LEASE_SECONDS + RETRY_SECONDS + 2 * SLACK
         assert taken["leaseTransitions"] == int(last.get("leaseTransitions") or 0) + 1
-        wait_for(lambda: leads(follower), what="the survivor's metrics to say it leads")
+        wait_for(lambda: follower.leads(), what="the survivor's metrics to say it leads")
 
         # The new leader reconciles: new TrainJobs get their children, old ones their status.
         cluster.create(trainjob("after", trainer={"numNodes": 2, "env": run(1)}))
@@ -231,7 +220,7 @@ def test_a_stopped_leader_releases_the_lease_and_hands_over_without_overlap(
     try:
         a.start()
         b.start()
-        wait_for(lambda: leads(a) and leads(b) is False, timeout=30, what="replica a to lead")
+        wait_for(lambda: a.leads() and b.leads() is False, timeout=30, what="replica a to lead")
         cluster.create(trainjob("before", trainer={"numNodes": 1, "env": run(-1)}))
         wait_for(lambda: get_or_none(cluster, JS, "JobSet", "before"), timeout=60, what="JobSet before")
         held = lease_spec(cluster)
@@ -282,7 +271,7 @@ def test_a_leader_cut_off_from_its_lease_stops_writing_before_another_starts(
     try:
         a.start()
         b.start()
-        wait_for(lambda: leads(a) and leads(b) is False, timeout=30, what="replica a to lead")
+        wait_for(lambda: a.leads() and b.leads() is False, timeout=30, what="replica a to lead")
         mark = cluster.audit_mark()
         cut = cluster.faults.add("500", users=[a.user], resources=["leases"])
         # TrainJobs arrive all along: each is reconciled by whoever leads at that moment.
@@ -290,8 +279,8 @@ def test_a_leader_cut_off_from_its_lease_stops_writing_before_another_starts(
         for name in names:
             cluster.create(trainjob(name, trainer={"numNodes": 1, "env": run(-1)}))
             time.sleep(0.5)
-        wait_for(lambda: leads(b), timeout=LEASE_SECONDS + RETRY_SECONDS + 5, what="replica b to lead")
-        assert leads(a) is False
+        wait_for(lambda: b.leads(), timeout=LEASE_SECONDS + RETRY_SECONDS + 5, what="replica b to lead")
+        assert a.leads() is False
         for name in names:
             wait_for(
                 lambda name=name: get_or_none(cluster, JS, "JobSet", name), timeout=30, what=f"JobSet {name}"
@@ -306,7 +295,7 @@ def test_a_leader_cut_off_from_its_lease_stops_writing_before_another_starts(
         # Back in reach, a follows: b renews, so a never takes the Lease again.
         cluster.faults.rules.remove(cut)
         time.sleep(LEASE_SECONDS + RETRY_SECONDS)
-        assert leads(a) is False and leads(b) is True
+        assert a.leads() is False and b.leads() is True
         assert not [r for r in cluster.audit_since(mark)[len(records) :] if r.user == a.user and r.mutated]
     finally:
         for process in (a, b):

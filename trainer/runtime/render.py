@@ -198,7 +198,7 @@ def run_policy(trainjob_obj: Obj, facts: Facts) -> Obj:
     runtime_obj: Obj | None = None
     if snapshot is not None:
         try:
-            runtime_obj = pinned_runtime(snapshot, trainjob_obj)
+            runtime_obj = _pinned(snapshot, trainjob_obj)  # only read: no copy
         except PluginError:
             runtime_obj = None
     if runtime_obj is None:
@@ -309,6 +309,11 @@ def pinned_runtime(snapshot: Obj, trainjob_obj: Obj) -> Obj:
     snapshot is read on every reconcile: parsing its YAML and checking it against the schema each
     time was a tenth of the operator's CPU under load. Callers get a copy of their own.
     """
+    return copy.deepcopy(_pinned(snapshot, trainjob_obj))
+
+
+def _pinned(snapshot: Obj, trainjob_obj: Obj) -> Obj:
+    """:func:`pinned_runtime`'s remembered object itself, for readers that change nothing."""
     meta = snapshot.get("metadata") or {}
     key = (
         str(meta.get("uid") or ""),
@@ -323,7 +328,7 @@ def pinned_runtime(snapshot: Obj, trainjob_obj: Obj) -> Obj:
             if len(_PINNED) >= _PINNED_MAX:
                 del _PINNED[next(iter(_PINNED))]
             _PINNED[key] = found
-    return copy.deepcopy(found)
+    return found
 
 
 def _check_snapshot_runtime(runtime_obj: Obj) -> None:
