@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_helpers import TJ, conditions, get_or_none, operator_writes, reconciles, trainjob, wait_for
+from operator_helpers import (
+    TJ,
+    conditions,
+    get_or_none,
+    operator_writes,
+    reconciles,
+    trainjob,
+    wait_for,
+    wait_settled,
+)
 from trainer_sandbox.backends import Cluster
 
 from trainer.controller.embedded import EmbeddedOperator
@@ -72,6 +81,9 @@ def test_resume_keeps_what_another_manager_set_on_the_suspended_jobset(
     assert pod_spec.get("nodeSelector") == {"pool": "spot"}
     assert pod_spec.get("tolerations") == [KUEUE_TOLERATION]
     wait_for(lambda: conditions(cluster, "queued").get("Suspended") == ("False", "Resumed"), what="Resumed")
+    # On the real control plane JobSet's controller goes on reporting the resumed pods, and the
+    # operator copies each report to the TrainJob's status: start from a settled world.
+    wait_settled(cluster, operator.idle)
 
     # Compare first: a reconcile that finds what it wants among others' fields writes nothing.
     mark = cluster.audit_mark()
