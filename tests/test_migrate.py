@@ -8,17 +8,15 @@ The manifests are our own, in the shape of the training-operator repository's ex
 from __future__ import annotations
 
 import copy
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from migrate_helpers import COMPLETION_INDEX, env_of, jobset_of, migrate, pods, render, run, v1_crd
 
 from trainer.cli import main
-
-COMPLETION_INDEX = "metadata.annotations['batch.kubernetes.io/job-completion-index']"
 
 
 def container(**extra: Any) -> dict[str, Any]:
@@ -54,37 +52,6 @@ def pytorchjob(
     }
 
 
-def run(
-    argv: list[str], stdin: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> tuple[int, str, str]:
-    monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def migrate(
-    jobs: list[dict[str, Any]],
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-    *flags: str,
-) -> tuple[int, list[dict[str, Any]], str]:
-    code, out, err = run(["migrate", "-f", "-", *flags], yaml.safe_dump_all(jobs), capsys, monkeypatch)
-    return code, [d for d in yaml.safe_load_all(out) if d], err
-
-
-def render(
-    objects: list[dict[str, Any]], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> list[dict[str, Any]]:
-    code, out, err = run(["render", "-f", "-"], yaml.safe_dump_all(objects), capsys, monkeypatch)
-    assert code == 0, err
-    return [d for d in yaml.safe_load_all(out) if d]
-
-
-def env_of(c: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env") or []}
-
-
 def test_simple_round_trip_runs_the_same_pods(capsys: Any, monkeypatch: Any) -> None:
     """training-operator examples/pytorch/simple.yaml: 1 Master + 1 Worker, no nprocPerNode."""
     job = pytorchjob(workers=3, nproc="4")
@@ -93,8 +60,8 @@ def test_simple_round_trip_runs_the_same_pods(capsys: Any, monkeypatch: Any) -> 
     [trainjob] = out
     assert trainjob["kind"] == "TrainJob"
     assert trainjob["metadata"] == {"name": "mnist", "namespace": "team-a", "labels": {"app": "mnist"}}
-    assert trainjob["spec"]["runtimeRef"] == {"name": "torch-distributed"}
-    assert "Warning: PyTorchJob team-a/mnist: spec.pytorchReplicaSpecs.Master.restartPolicy" in err
+    assert trainjob["spec"]["runtimeRef"] == {"name": "torch-distributed"}  # it fits: no runtime of its own
+    assert "Warning:" not in err  # OnFailure is what the bundled runtime's pods do
 
     [jobset] = [o for o in render(out, capsys, monkeypatch) if o["kind"] == "JobSet"]
     [node] = jobset["spec"]["replicatedJobs"]
@@ -107,7 +74,7 @@ def test_simple_round_trip_runs_the_same_pods(capsys: Any, monkeypatch: Any) -> 
     env = env_of(pod)
     # The user's env, and what v1's controller set, with v1's meaning.
     assert env["LR"] == "0.01"
-    assert env["PYTHONUNBUFFERED"] == "0"
+    assert env["PYTHONUNBUFFERED"] == "1"  # v1.7 and later
     assert env["MASTER_ADDR"] == "mnist-node-0-0.mnist"  # the rank 0 pod, as the Master was
     assert env["MASTER_PORT"] == "23456"
     assert env["WORLD_SIZE"] == "16"  # replicas x nprocPerNode, as v1 computed it
@@ -197,23 +164,75 @@ def test_differing_templates_are_refused_unless_lossy(capsys: Any, monkeypatch: 
     assert "Warning: PyTorchJob team-a/mnist: spec.pytorchReplicaSpecs.Worker.template" in err
 
 
-def test_what_v2_cannot_set_is_refused(capsys: Any, monkeypatch: Any) -> None:
-    job = pytorchjob()
+def test_what_a_patch_cannot_carry_gets_a_runtime_of_its_own(capsys: Any, monkeypatch: Any) -> None:
+    """A sidecar, an init container, hostNetwork, a priority class, an image pull policy, restart
+    Never and a backoffLimit: the job gets a TrainingRuntime named after it, which carries them all."""
+    job = pytorchjob(workers=2, runPolicy={"backoffLimit": 3})
+    for rtype in ("Master", "Worker"):
+        replica = job["spec"]["pytorchReplicaSpecs"][rtype]
+        replica["restartPolicy"] = "Never"
+        replica["template"]["spec"].update(
+            hostNetwork=True,
+            priorityClassName="high",
+            initContainers=[{"name": "fetch", "image": "busybox", "command": ["true"]}],
+            containers=[
+                container(imagePullPolicy="Always"),
+                {"name": "sidecar", "image": "registry.example/log-shipper:1"},
+            ],
+        )
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    runtime, trainjob = out
+    assert (runtime["kind"], runtime["metadata"]["name"], runtime["metadata"]["namespace"]) == (
+        "TrainingRuntime",
+        "mnist",
+        "team-a",
+    )
+    assert trainjob["spec"]["runtimeRef"] == {"name": "mnist", "kind": "TrainingRuntime"}
+    assert trainjob["spec"]["trainer"] == {"numNodes": 3}
+    [node] = jobset_of(out, capsys, monkeypatch)["spec"]["replicatedJobs"]
+    assert node["template"]["spec"]["backoffLimit"] == 3
+    pod = node["template"]["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and pod["priorityClassName"] == "high"
+    assert pod["restartPolicy"] == "Never"
+    assert [x["name"] for x in pod["initContainers"]] == ["fetch"]
+    main_container, sidecar = pod["containers"]
+    assert main_container["name"] == "node" and main_container["imagePullPolicy"] == "Always"
+    assert main_container["command"] == ["python3", "/opt/mnist/train.py", "--epochs=1"]
+    assert sidecar["image"] == "registry.example/log-shipper:1"
+    env = env_of(main_container)
+    assert env["PET_NNODES"] == "3" and env["MASTER_ADDR"] == "mnist-node-0-0.mnist" and env["LR"] == "0.01"
+
     job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
     code, _, err = migrate([job], capsys, monkeypatch)
     assert code == 1 and "spec.pytorchReplicaSpecs.Master.replicas" in err
+
+
+def test_exit_code_restart_policy_is_a_pod_failure_policy(capsys: Any, monkeypatch: Any) -> None:
+    """v1's ExitCode: 1-127 fail the job at once, the others are retried (as restarts of the pod)."""
     job = pytorchjob()
     for rtype in ("Master", "Worker"):
-        job["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["hostNetwork"] = True
-    code, _, err = migrate([job], capsys, monkeypatch)
-    assert code == 1 and "spec.pytorchReplicaSpecs.Master.template.spec.hostNetwork" in err
+        job["spec"]["pytorchReplicaSpecs"][rtype]["restartPolicy"] = "ExitCode"
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    [node] = jobset_of(out, capsys, monkeypatch)["spec"]["replicatedJobs"]
+    spec = node["template"]["spec"]
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+    [rule] = spec["podFailurePolicy"]["rules"]
+    assert rule["action"] == "FailJob"
+    assert rule["onExitCodes"] == {"operator": "In", "values": list(range(1, 128))}
 
 
-def test_other_kinds_are_not_supported_yet(capsys: Any, monkeypatch: Any) -> None:
-    tfjob = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "tf"}, "spec": {}}
-    code, out, err = migrate([tfjob], capsys, monkeypatch)
+def test_not_a_v1_job_is_refused_naming_the_field(capsys: Any, monkeypatch: Any) -> None:
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {}}
+    code, out, err = migrate([job], capsys, monkeypatch)
     assert (code, out) == (1, [])
-    assert "kind:" in err and "not supported yet in this version" in err
+    assert "error: Job j: kind: batch/v1 Job is not a Training Operator v1 job" in err
+    job = pytorchjob()
+    job["apiVersion"] = "kubeflow.org/v2beta1"
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert (code, out) == (1, [])
+    assert "apiVersion: kubeflow.org/v2beta1 is not a version of PyTorchJob" in err
 
 
 def test_running_job_is_suspended(capsys: Any, monkeypatch: Any) -> None:
@@ -251,31 +270,7 @@ def test_usage_and_syntax_errors_exit_2(capsys: Any, monkeypatch: Any, tmp_path:
     assert exc.value.code == 2
 
 
-PYTORCHJOB_CRD = {
-    "apiVersion": "apiextensions.k8s.io/v1",
-    "kind": "CustomResourceDefinition",
-    "metadata": {"name": "pytorchjobs.kubeflow.org"},
-    "spec": {
-        "group": "kubeflow.org",
-        "names": {
-            "kind": "PyTorchJob",
-            "listKind": "PyTorchJobList",
-            "plural": "pytorchjobs",
-            "singular": "pytorchjob",
-        },
-        "scope": "Namespaced",
-        "versions": [
-            {
-                "name": "v1",
-                "served": True,
-                "storage": True,
-                "schema": {
-                    "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-                },
-            }
-        ],
-    },
-}
+PYTORCHJOB_CRD = v1_crd("PyTorchJob")
 
 
 def test_from_cluster_reads_only(capsys: Any, monkeypatch: Any, tmp_path: Path) -> None:
@@ -302,54 +297,34 @@ def test_from_cluster_reads_only(capsys: Any, monkeypatch: Any, tmp_path: Path) 
         server.stop()
 
 
-def test_from_cluster_on_each_backend(cluster: Any, capsys: Any, monkeypatch: Any, tmp_path: Path) -> None:
-    """The v1 CRD as a plain CRD, a PyTorchJob in it: migrate prints its TrainJob, writes nothing."""
-    import time
-
-    install = getattr(cluster, "install", None) or cluster.create
-    install(PYTORCHJOB_CRD)
-    job = pytorchjob(name="from-cluster")
-    job["metadata"]["namespace"] = cluster.namespace
-    deadline = time.monotonic() + 60
-    while True:  # a new CRD is served once it is established
-        try:
-            cluster.create(job)
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
-    cluster.add_user("migrator")
-    cluster.grant("migrator")
-    kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig", user="migrator")
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
-    mark = cluster.audit_mark()
-    code, out, err = run(["migrate", "--from-cluster", "-n", cluster.namespace], "", capsys, monkeypatch)
-    assert code == 0, err
-    [trainjob] = [d for d in yaml.safe_load_all(out) if d]
-    assert trainjob["metadata"]["name"] == "from-cluster"
-    assert trainjob["metadata"]["namespace"] == cluster.namespace
-    assert not {"uid", "resourceVersion", "managedFields", "creationTimestamp"} & set(trainjob["metadata"])
-    verbs = {r.verb for r in cluster.audit_since(mark) if r.user == "migrator"}
-    assert "list" in verbs and verbs <= {"get", "list", "watch"}, verbs
-
-
-def test_workers_only_and_pull_policy(capsys: Any, monkeypatch: Any) -> None:
-    """training-operator examples/pytorch/cpu-demo/demo.yaml's shape: Workers only, an
-    imagePullPolicy, and a PET_ variable of the user's (v1's own value won over it)."""
+def test_workers_only_and_a_pet_variable_of_the_users(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/pytorch/cpu-demo/demo.yaml's shape: Workers only, and a PET_
+    variable of the user's (v1's own value won over it)."""
     job = pytorchjob(workers=2)
     del job["spec"]["pytorchReplicaSpecs"]["Master"]
     worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
     worker["containers"] = [
-        container(
-            imagePullPolicy="Always", env=[{"name": "PET_NNODES", "value": "9"}, {"name": "A", "value": "1"}]
-        )
+        container(env=[{"name": "PET_NNODES", "value": "9"}, {"name": "A", "value": "1"}])
     ]
     code, out, err = migrate([job], capsys, monkeypatch)
     assert code == 0, err
-    assert "imagePullPolicy" in err and "env[PET_NNODES]" in err
+    assert "env[PET_NNODES]" in err
     assert out[0]["spec"]["trainer"]["numNodes"] == 2
-    [jobset] = [o for o in render(out, capsys, monkeypatch) if o["kind"] == "JobSet"]
-    env = env_of(jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0])
-    assert env["PET_NNODES"] == "2" and env["A"] == "1" and env["PYTHONUNBUFFERED"] == "0"
+    env = env_of(pods(jobset_of(out, capsys, monkeypatch))["node"][1]["spec"]["containers"][0])
+    assert env["PET_NNODES"] == "2" and env["A"] == "1" and env["PYTHONUNBUFFERED"] == "1"
     assert "MASTER_ADDR" not in env and "RANK" not in env  # v1 set these only with a Master
+
+
+@pytest.mark.parametrize(
+    ("name", "fixed"),
+    [("Mnist", "mnist-"), ("1mnist", "j-1mnist-"), ("mnist.v1", "mnist-v1-"), ("m" * 70, "m" * 56 + "-")],
+)
+def test_fix_names_maps_each_invalid_name(name: str, fixed: str, capsys: Any, monkeypatch: Any) -> None:
+    code, out, err = migrate([pytorchjob(name=name)], capsys, monkeypatch, "--fix-names")
+    assert code == 0, err
+    new = out[0]["metadata"]["name"]
+    assert new.startswith(fixed) and len(new) <= 63 and new == new.lower()
+    assert f"Warning: PyTorchJob team-a/{name}: metadata.name:" in err and repr(new) in err
+    code, again, _ = migrate([pytorchjob(name=name)], capsys, monkeypatch, "--fix-names")
+    assert again[0]["metadata"]["name"] == new  # the same name every time
+    render(out, capsys, monkeypatch)  # and a valid TrainJob

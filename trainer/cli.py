@@ -104,7 +104,9 @@ def _build_parser() -> argparse.ArgumentParser:
 def _migrate_parser(sub: Any) -> None:
     """`trainer migrate` (trainer/migrate/cmd.py; docs/migration.md)."""
     migrate = sub.add_parser(
-        "migrate", help="turn Training Operator v1 jobs (PyTorchJob for now) into TrainJobs"
+        "migrate",
+        help="turn Training Operator v1 jobs (PyTorchJob, MPIJob, XGBoostJob, JAXJob, PaddleJob, TFJob) "
+        "into TrainJobs",
     )
     source = migrate.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -132,6 +134,18 @@ def _migrate_parser(sub: Any) -> None:
         "--no-suspend-running",
         action="store_true",
         help="do not suspend the TrainJob of a v1 job that is still running",
+    )
+    migrate.add_argument(
+        "--fix-names",
+        action="store_true",
+        help="give a job whose name is not a valid TrainJob name the nearest valid one (a Warning: each)",
+    )
+    migrate.add_argument(
+        "--gang-scheduler",
+        choices=("volcano", "coscheduling"),
+        default=None,
+        help="the gang scheduler v1's operator ran with, for runPolicy.schedulingPolicy "
+        "(default: volcano where the pods name it as schedulerName, else coscheduling)",
     )
 
 

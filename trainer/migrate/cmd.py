@@ -14,13 +14,31 @@ from collections.abc import Callable
 
 from trainer.api.objects import Obj
 from trainer.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
-from trainer.migrate import pytorch
+from trainer.migrate import jax, mpi, paddle, pytorch, tensorflow, xgboost
 from trainer.migrate.common import V1_GROUP, V1_KINDS, Options, Refusal, Result
 
-# The kinds converted in this version; the other v1 kinds are refused, naming `kind`.
-CONVERTERS: dict[str, Callable[[Obj, Options], Result]] = {"PyTorchJob": pytorch.convert}
-# The plural the cluster serves each converted kind under.
-PLURALS = {"PyTorchJob": "pytorchjobs"}
+Converter = Callable[[Obj, Options], Result]
+# Each kind by API version: kubeflow.org/v1 is the Training Operator's, MPIJob v2beta1 the MPI
+# Operator's.
+CONVERTERS: dict[tuple[str, str], Converter] = {
+    ("v1", "PyTorchJob"): pytorch.convert,
+    ("v1", "XGBoostJob"): xgboost.convert,
+    ("v1", "JAXJob"): jax.convert,
+    ("v1", "PaddleJob"): paddle.convert,
+    ("v1", "TFJob"): tensorflow.convert,
+    ("v1", "MPIJob"): mpi.convert_v1,
+    ("v2beta1", "MPIJob"): mpi.convert_v2beta1,
+}
+# The plural the cluster serves each kind under, and its versions in the order they are read: a
+# CRD serving both MPIJob versions stores one object, so only the first served one is listed.
+PLURALS = {
+    "PyTorchJob": ("pytorchjobs", ("v1",)),
+    "XGBoostJob": ("xgboostjobs", ("v1",)),
+    "JAXJob": ("jaxjobs", ("v1",)),
+    "PaddleJob": ("paddlejobs", ("v1",)),
+    "TFJob": ("tfjobs", ("v1",)),
+    "MPIJob": ("mpijobs", ("v2beta1", "v1")),
+}
 
 
 def run_migrate(args: argparse.Namespace) -> int:
@@ -41,7 +59,12 @@ def run_migrate(args: argparse.Namespace) -> int:
         except ManifestError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
-    options = Options(lossy=args.lossy, suspend_running=not args.no_suspend_running)
+    options = Options(
+        lossy=args.lossy,
+        suspend_running=not args.no_suspend_running,
+        fix_names=args.fix_names,
+        gang_scheduler=args.gang_scheduler,
+    )
     items: list[Obj] = []
     refused = False
     for job in jobs:
@@ -74,15 +97,13 @@ def describe(job: Obj) -> str:
 
 def convert(job: Obj, options: Options) -> Result:
     kind = job.get("kind")
-    group = str(job.get("apiVersion", "")).partition("/")[0]
-    converter = CONVERTERS.get(str(kind))
+    group, _, version = str(job.get("apiVersion", "")).partition("/")
     if group != V1_GROUP or kind not in V1_KINDS:
         raise Refusal("kind", f"{job.get('apiVersion')} {kind} is not a Training Operator v1 job")
-    if converter is None or job.get("apiVersion") != f"{V1_GROUP}/v1":
-        raise Refusal(
-            "kind",
-            f"{job.get('apiVersion')} {kind} is not supported yet in this version (PyTorchJob kubeflow.org/v1 is)",
-        )
+    converter = CONVERTERS.get((version, str(kind)))
+    if converter is None:
+        versions = " and ".join(f"{V1_GROUP}/{v}" for v, k in CONVERTERS if k == kind)
+        raise Refusal("apiVersion", f"{job.get('apiVersion')} is not a version of {kind} (read: {versions})")
     return converter(job, options)
 
 
@@ -91,7 +112,8 @@ class ClusterReadError(Exception):
 
 
 def read_cluster(namespace: str | None, all_namespaces: bool) -> list[Obj]:
-    """The v1 jobs of the converted kinds, by LIST requests only: nothing in the cluster changes."""
+    """The v1 jobs of every kind the cluster serves, by LIST requests only: nothing changes there.
+    A kind whose CRD is not installed is skipped."""
     import asyncio
 
     return asyncio.run(_read_cluster(namespace, all_namespaces))
@@ -110,16 +132,27 @@ async def _read_cluster(namespace: str | None, all_namespaces: bool) -> list[Obj
         namespace = info.default_namespace or "default"
     client = ApiClient.from_credentials(credentials, qps=20.0, burst=40)
     jobs: list[Obj] = []
+    served = 0
     try:
-        for kind, plural in PLURALS.items():
-            rtype = ResourceType(V1_GROUP, "v1", plural)
-            try:
-                listed = await client.list(rtype, None if all_namespaces else namespace)
-            except ApiError as exc:
-                raise ClusterReadError(f"cannot list {rtype.name}: {exc}") from None
-            for item in listed.get("items") or []:
-                if isinstance(item, dict):
-                    jobs.append({"apiVersion": f"{V1_GROUP}/v1", "kind": kind, **item})
+        for kind, (plural, versions) in PLURALS.items():
+            for version in versions:
+                rtype = ResourceType(V1_GROUP, version, plural)
+                try:
+                    listed = await client.list(rtype, None if all_namespaces else namespace)
+                except ApiError as exc:
+                    if exc.code == 404:
+                        continue  # this kind, or this version of it, is not served
+                    raise ClusterReadError(f"cannot list {rtype.name}: {exc}") from None
+                for item in listed.get("items") or []:
+                    if isinstance(item, dict):
+                        jobs.append({**item, "apiVersion": f"{V1_GROUP}/{version}", "kind": kind})
+                served += 1
+                break
     finally:
         await client.close()
+    if not served:
+        print(
+            f"note: the cluster serves none of the v1 kinds ({', '.join(PLURALS)} in {V1_GROUP})",
+            file=sys.stderr,
+        )
     return jobs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,10 @@ class Refusal(Exception):
 class Options:
     lossy: bool = False
     suspend_running: bool = True
+    fix_names: bool = False
+    # The gang scheduler v1's operator ran with (--gang-scheduler-name); None: read it from the
+    # pods' schedulerName (volcano), else the scheduler-plugins' coscheduling.
+    gang_scheduler: str | None = None
 
 
 @dataclass
@@ -55,17 +60,58 @@ class Notes:
         self.warn(path, f"{text} (--lossy: dropped)")
 
 
-def check_name(metadata: dict[str, Any]) -> str:
+@dataclass
+class Source:
+    """The v1 job being converted: its notes, metadata, spec and the TrainJob's name."""
+
+    notes: Notes
+    metadata: dict[str, Any]
+    name: str
+    spec: Obj
+
+    @property
+    def namespace(self) -> str:
+        return str(self.metadata.get("namespace") or "default")
+
+
+def read_job(job: Obj, options: Options) -> Source:
+    notes = Notes(options)
+    metadata = job.get("metadata") or {}
+    name = check_name(metadata, notes)
+    spec = job.get("spec")
+    if not isinstance(spec, dict):
+        raise Refusal("spec", "not an object")
+    return Source(notes, metadata, name, spec)
+
+
+def check_name(metadata: dict[str, Any], notes: Notes) -> str:
+    """The TrainJob's name: the v1 name, or with ``fix_names`` the nearest valid one (a Warning)."""
     name = metadata.get("name")
     if not isinstance(name, str) or not name:
         raise Refusal("metadata.name", "the job has no name")
-    if len(name) > 63 or not RFC1035_LABEL.fullmatch(name):
-        raise Refusal(
-            "metadata.name",
-            f"{name!r} is not a valid TrainJob name (an RFC 1035 label: lower-case letters, digits "
-            "and '-', starting with a letter, at most 63 characters)",
-        )
-    return name
+    if len(name) <= 63 and RFC1035_LABEL.fullmatch(name):
+        return name
+    why = (
+        f"{name!r} is not a valid TrainJob name (an RFC 1035 label: lower-case letters, digits "
+        "and '-', starting with a letter, at most 63 characters)"
+    )
+    if not notes.options.fix_names:
+        raise Refusal("metadata.name", why + "; --fix-names maps it to a valid one")
+    fixed = valid_name(name)
+    notes.warn("metadata.name", f"{why}: the TrainJob is named {fixed!r} (--fix-names)")
+    return fixed
+
+
+def valid_name(name: str) -> str:
+    """A valid RFC 1035 label for ``name``: lower-cased, other characters as '-', a letter first,
+    and a short hash of the original, so two v1 names ("Mnist", "mnist") stay two TrainJobs."""
+    label = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    if not label or not label[0].isalpha():
+        label = f"j-{label}".rstrip("-")
+    digest = hashlib.sha256(name.encode()).hexdigest()[:6]
+    if label != name or len(label) > 63:
+        label = f"{label[: 63 - 7].rstrip('-')}-{digest}"
+    return label
 
 
 def carried_metadata(metadata: dict[str, Any], name: str) -> Obj:
@@ -97,3 +143,28 @@ def is_running(status: Any) -> bool:
     if true & {"Succeeded", "Failed"}:
         return False
     return bool(true & {"Created", "Running", "Restarting"})
+
+
+def finish(
+    job: Obj, metadata: dict[str, Any], name: str, spec: Obj, objects: list[Obj], notes: Notes
+) -> Result:
+    """The TrainJob after the objects it needs; a still-running v1 job's comes out suspended."""
+    if is_running(job.get("status")):
+        if notes.options.suspend_running:
+            spec["suspend"] = True
+            notes.warn(
+                "status.conditions",
+                "the v1 job is still running: the TrainJob is suspended so applying it does not start "
+                "a second run (set spec.suspend to false to start it; --no-suspend-running to not suspend)",
+            )
+        else:
+            notes.warn(
+                "status.conditions", "the v1 job is still running; applying the TrainJob starts a second run"
+            )
+    trainjob: Obj = {
+        "apiVersion": TRAINJOB_API,
+        "kind": "TrainJob",
+        "metadata": carried_metadata(metadata, name),
+        "spec": spec,
+    }
+    return Result(objects=[*objects, trainjob], warnings=notes.warnings)

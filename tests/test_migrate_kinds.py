@@ -1,0 +1,531 @@
+"""`trainer migrate` for XGBoostJob, JAXJob, PaddleJob, TFJob and MPIJob (v1 and v2beta1): the round
+trip through `trainer render` runs the pods v1 ran, with v1's env (docs/migration.md).
+
+The manifests are our own, in the shape of the upstream examples named at each test (the
+training-operator and mpi-operator repositories); none is copied.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from migrate_helpers import COMPLETION_INDEX, env_of, jobset_of, migrate, pods, render
+
+INDEX = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
+
+
+def replica(count: int, restart: str, *containers: dict[str, Any], **pod: Any) -> dict[str, Any]:
+    return {
+        "replicas": count,
+        "restartPolicy": restart,
+        "template": {"spec": {"containers": list(containers), **pod}},
+    }
+
+
+def v1job(kind: str, name: str, spec: dict[str, Any], api: str = "kubeflow.org/v1") -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ml"}, "spec": spec}
+
+
+# --- XGBoostJob ---
+
+
+def xgboost_container() -> dict[str, Any]:
+    return {
+        "name": "xgboost",
+        "image": "registry.example/xgboost-dist-iris:1.1",
+        "ports": [{"name": "xgboostjob-port", "containerPort": 9991}],
+        "args": ["--job_type=Train", "--n_estimators=10", "--model_path=/tmp/xgboost-model"],
+    }
+
+
+def test_xgboost_iris_master_and_workers(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/xgboost/xgboost-dist/xgboostjob_v1_iris_train.yaml: a Master
+    (Never) and 2 Workers (ExitCode), port 9991 by name (the example names its container
+    xgboostjob, which v1 itself could not serve; ours is v1's xgboost)."""
+    job = v1job(
+        "XGBoostJob",
+        "xgboost-dist-iris",
+        {
+            "xgbReplicaSpecs": {
+                "Master": replica(1, "Never", xgboost_container()),
+                "Worker": replica(2, "ExitCode", xgboost_container()),
+            }
+        },
+    )
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    assert "'ExitCode' for all" in err  # Never and ExitCode: the nearest one policy, said
+    runtime, trainjob = out
+    assert runtime["spec"]["mlPolicy"] == {"numNodes": 3, "xgboost": {}}
+    assert trainjob["spec"]["trainer"]["numNodes"] == 3
+    [(count, pod)] = pods(jobset_of(out, capsys, monkeypatch)).values()
+    assert count == 3
+    [node] = pod["spec"]["containers"]
+    assert node["image"] == "registry.example/xgboost-dist-iris:1.1"
+    assert node["args"] == xgboost_container()["args"]
+    env = env_of(node)
+    name = "xgboost-dist-iris"
+    assert env["MASTER_ADDR"] == f"{name}-node-0-0.{name}" and env["MASTER_PORT"] == "9991"
+    assert env["WORLD_SIZE"] == "3" and env["RANK"] == INDEX and env["PYTHONUNBUFFERED"] == "0"
+    assert env["WORKER_PORT"] == "9991"
+    assert env["WORKER_ADDRS"] == f"{name}-node-0-1.{name},{name}-node-0-2.{name}"
+    # The v2 plugin's own tracker env, beside v1's.
+    assert env["DMLC_NUM_WORKER"] == "3" and env["DMLC_TASK_ID"] == INDEX
+
+
+def test_xgboost_same_policy_fits_the_bundled_runtime(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/xgboost/smoke-dist/xgboostjob_v1_rabit_test.yaml: Never
+    everywhere, no args; but OnFailure here, which is the bundled runtime's."""
+    spec = {
+        "xgbReplicaSpecs": {r: replica(1, "OnFailure", xgboost_container()) for r in ("Master", "Worker")}
+    }
+    code, out, err = migrate([v1job("XGBoostJob", "rabit", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    [trainjob] = out
+    assert trainjob["spec"]["runtimeRef"] == {"name": "xgboost-distributed"}
+    env = env_of(pods(jobset_of(out, capsys, monkeypatch))["node"][1]["spec"]["containers"][0])
+    assert env["WORLD_SIZE"] == "2" and env["WORKER_ADDRS"] == "rabit-node-0-1.rabit"
+    del spec["xgbReplicaSpecs"]["Master"]
+    code, out, err = migrate([v1job("XGBoostJob", "rabit", spec)], capsys, monkeypatch)
+    assert code == 1 and "spec.xgbReplicaSpecs.Master: missing" in err
+
+
+# --- JAXJob ---
+
+
+def test_jax_cpu_demo(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/jax/cpu-demo/demo.yaml: 2 Workers, OnFailure, no ports."""
+    jax = {"name": "jax", "image": "registry.example/jaxgoogle:1", "command": ["python3", "train.py"]}
+    job = v1job("JAXJob", "jaxjob-simple", {"jaxReplicaSpecs": {"Worker": replica(2, "OnFailure", jax)}})
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    [trainjob] = out
+    assert trainjob["spec"]["runtimeRef"] == {"name": "jax-distributed"}
+    [(count, pod)] = pods(jobset_of(out, capsys, monkeypatch)).values()
+    assert count == 2
+    env = env_of(pod["spec"]["containers"][0])
+    assert pod["spec"]["containers"][0]["command"] == ["python3", "train.py"]
+    assert env["COORDINATOR_ADDRESS"] == "jaxjob-simple-node-0-0.jaxjob-simple"
+    assert env["COORDINATOR_PORT"] == "6666"  # v1's default port
+    assert env["NUM_PROCESSES"] == "2" and env["PROCESS_ID"] == INDEX and env["PYTHONUNBUFFERED"] == "1"
+    assert env["JAX_NUM_PROCESSES"] == "2"  # and v2's own
+
+
+# --- PaddleJob ---
+
+
+def paddle_container() -> dict[str, Any]:
+    return {
+        "name": "paddle",
+        "image": "registry.example/paddle:2.4.0-gpu",
+        "command": ["python"],
+        "args": ["-m", "paddle.distributed.launch", "run_check"],
+        "ports": [{"name": "master", "containerPort": 37777}],
+        "resources": {"limits": {"nvidia.com/gpu": 2}},
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+
+
+def test_paddle_collective(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/paddlepaddle/simple-gpu.yaml: 2 Workers (collective mode),
+    port 37777 named master, 2 GPUs each, /dev/shm from memory."""
+    spec = {
+        "paddleReplicaSpecs": {
+            "Worker": replica(
+                2,
+                "OnFailure",
+                paddle_container(),
+                volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+            )
+        }
+    }
+    code, out, err = migrate([v1job("PaddleJob", "paddle-simple", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    runtime, trainjob = out
+    assert runtime["kind"] == "TrainingRuntime" and runtime["spec"]["mlPolicy"] == {"numNodes": 2}
+    assert trainjob["spec"]["runtimeRef"] == {"name": "paddle-simple", "kind": "TrainingRuntime"}
+    [(count, pod)] = pods(jobset_of(out, capsys, monkeypatch)).values()
+    assert count == 2
+    [node] = pod["spec"]["containers"]
+    assert node["args"] == ["-m", "paddle.distributed.launch", "run_check"]
+    assert node["resources"] == {"limits": {"nvidia.com/gpu": "2"}}
+    assert pod["spec"]["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    env = env_of(node)
+    assert env["PADDLE_MASTER"] == "paddle-simple-node-0-0.paddle-simple:37777"
+    assert env["PADDLE_NNODES"] == "2" and env["PADDLE_JOB_ID"] == "paddle-simple"
+    assert env["POD_IP_DUMMY"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_paddle_parameter_servers_are_refused(capsys: Any, monkeypatch: Any) -> None:
+    spec = {"paddleReplicaSpecs": {r: replica(2, "Never", paddle_container()) for r in ("Master", "Worker")}}
+    code, out, err = migrate([v1job("PaddleJob", "ps", spec)], capsys, monkeypatch, "--lossy")
+    assert (code, out) == (1, [])
+    assert "spec.paddleReplicaSpecs.Master: a PaddleJob with a Master runs in parameter-server mode" in err
+
+
+# --- TFJob ---
+
+
+def tensorflow(**extra: Any) -> dict[str, Any]:
+    return {
+        "name": "tensorflow",
+        "image": "registry.example/tf-mnist-with-summaries:1",
+        "command": ["python", "/opt/tf-mnist-with-summaries/mnist.py", "--epochs=1"],
+        **extra,
+    }
+
+
+def test_tfjob_of_workers(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/tensorflow/simple.yaml: 2 Workers (MultiWorkerMirrored)."""
+    job = v1job(
+        "TFJob", "tfjob-simple", {"tfReplicaSpecs": {"Worker": replica(2, "OnFailure", tensorflow())}}
+    )
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    jobset = jobset_of(out, capsys, monkeypatch)
+    [(count, pod)] = pods(jobset).values()
+    assert count == 2
+    env = env_of(pod["spec"]["containers"][0])
+    assert env["TF_TASK_INDEX"] == INDEX
+    # Kubernetes puts the index in place of $(TF_TASK_INDEX) in each pod.
+    config = json.loads(env["TF_CONFIG"].replace("$(TF_TASK_INDEX)", "1"))
+    hosts = [f"tfjob-simple-node-0-{i}.tfjob-simple.ml.svc:2222" for i in range(2)]
+    assert config == {
+        "cluster": {"worker": hosts},
+        "task": {"type": "worker", "index": 1},
+        "environment": "cloud",
+    }
+    # Without a Chief, v1's job succeeded when Worker 0 did.
+    assert jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["successPolicy"] == {
+        "rules": [{"succeededIndexes": "0"}]
+    }
+
+
+def test_tfjob_with_a_chief_and_an_evaluator(capsys: Any, monkeypatch: Any) -> None:
+    """A Chief, Workers and an Evaluator, each its own replicated job with its own task type."""
+    spec = {
+        "tfReplicaSpecs": {
+            "Chief": replica(1, "Never", tensorflow(ports=[{"name": "tfjob-port", "containerPort": 3333}])),
+            "Worker": replica(3, "Never", tensorflow()),
+            "Evaluator": replica(1, "Never", tensorflow(image="registry.example/eval:1")),
+        }
+    }
+    code, out, err = migrate([v1job("TFJob", "mwms", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    jobset = jobset_of(out, capsys, monkeypatch)
+    by_job = pods(jobset)
+    assert {k: v[0] for k, v in by_job.items()} == {"chief": 1, "node": 3, "evaluator": 1}
+    assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["chief"]}
+    chief = env_of(by_job["chief"][1]["spec"]["containers"][0])
+    config = json.loads(chief["TF_CONFIG"].replace("$(TF_TASK_INDEX)", "0"))
+    assert list(config["cluster"]) == ["chief", "evaluator", "worker"]  # v1 wrote them sorted
+    assert config["cluster"]["chief"] == ["mwms-chief-0-0.mwms.ml.svc:3333"]
+    assert config["cluster"]["worker"][2] == "mwms-node-0-2.mwms.ml.svc:2222"
+    assert config["task"] == {"type": "chief", "index": 0}
+    evaluator = by_job["evaluator"][1]["spec"]["containers"][0]
+    assert evaluator["image"] == "registry.example/eval:1"
+    assert '"type":"evaluator"' in env_of(evaluator)["TF_CONFIG"]
+
+
+def test_tfjob_parameter_servers_are_refused(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/tensorflow/dist-mnist/tf_job_mnist.yaml: 2 PS and 4 Workers."""
+    image = {"name": "tensorflow", "image": "registry.example/tf-dist-mnist-test:1.0"}
+    spec = {"tfReplicaSpecs": {"PS": replica(2, "Never", image), "Worker": replica(4, "Never", image)}}
+    code, out, err = migrate([v1job("TFJob", "dist-mnist", spec)], capsys, monkeypatch, "--lossy")
+    assert (code, out) == (1, [])
+    assert "error: TFJob ml/dist-mnist: spec.tfReplicaSpecs.PS: parameter servers" in err
+
+
+# --- MPIJob ---
+
+
+def pi(implementation: str | None = None, **spec: Any) -> dict[str, Any]:
+    """mpi-operator examples/v2beta1/pi/pi.yaml: a Launcher running mpirun as user 1000, 2 Workers
+    running sshd, the key at /home/mpiuser/.ssh."""
+    image = "registry.example/mpi-pi:openmpi"
+    limits = {"limits": {"cpu": "1", "memory": "1Gi"}}
+    launcher = {
+        "name": "mpi-launcher",
+        "image": image,
+        "securityContext": {"runAsUser": 1000},
+        "command": ["mpirun"],
+        "args": ["-n", "2", "/home/mpiuser/pi"],
+        "resources": limits,
+    }
+    worker = {
+        "name": "mpi-worker",
+        "image": image,
+        "securityContext": {"runAsUser": 1000},
+        "command": ["/usr/sbin/sshd"],
+        "args": ["-De", "-f", "/home/mpiuser/.sshd_config"],
+        "resources": limits,
+    }
+    body: dict[str, Any] = {
+        "slotsPerWorker": 1,
+        "runPolicy": {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 60, "backoffLimit": 0},
+        "sshAuthMountPath": "/home/mpiuser/.ssh",
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
+            "Worker": {"replicas": 2, "template": {"spec": {"containers": [worker]}}},
+        },
+        **spec,
+    }
+    if implementation:
+        body["mpiImplementation"] = implementation
+    return v1job("MPIJob", "pi", body, api="kubeflow.org/v2beta1")
+
+
+def rendered(out: list[dict[str, Any]], capsys: Any, monkeypatch: Any) -> dict[str, dict[str, Any]]:
+    """The JobSet, the hostfile ConfigMap and the SSH Secret."""
+    objects = render(out, capsys, monkeypatch)
+    found = {o["kind"]: o for o in objects if o["kind"] in ("JobSet", "Secret")}
+    found["ConfigMap"] = next(o for o in objects if o["metadata"]["name"].endswith("-mpi-hostfile"))
+    return found
+
+
+def test_mpijob_v2beta1_pi(capsys: Any, monkeypatch: Any) -> None:
+    code, out, err = migrate([pi()], capsys, monkeypatch)
+    assert code == 0, err
+    runtime, trainjob = out
+    assert runtime["spec"]["mlPolicy"]["mpi"] == {
+        "numProcPerNode": 1,
+        "mpiImplementation": "OpenMPI",
+        "sshAuthMountPath": "/home/mpiuser/.ssh",
+        "runLauncherAsNode": False,
+    }
+    assert trainjob["spec"]["ttlSecondsAfterFinished"] == 60
+    objects = rendered(out, capsys, monkeypatch)
+    jobset = objects["JobSet"]
+    by_job = pods(jobset)
+    assert {k: v[0] for k, v in by_job.items()} == {"launcher": 1, "node": 2}
+    assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["launcher"]}
+    [launcher] = by_job["launcher"][1]["spec"]["containers"]
+    assert launcher["command"] == ["mpirun"] and launcher["args"] == ["-n", "2", "/home/mpiuser/pi"]
+    assert launcher["securityContext"] == {"runAsUser": 1000}
+    env = env_of(launcher)
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["OMPI_MCA_orte_set_default_slots"] == "1"
+    assert env["K_MPI_JOB_ROLE"] == "launcher" and env["NVIDIA_VISIBLE_DEVICES"] == ""
+    assert {"name": "mpi-ssh-auth", "mountPath": "/home/mpiuser/.ssh"} in launcher["volumeMounts"]
+    launcher_job = next(r for r in jobset["spec"]["replicatedJobs"] if r["name"] == "launcher")
+    assert launcher_job["template"]["spec"]["backoffLimit"] == 0  # v2beta1 gave it to the launcher Job
+    [worker] = by_job["node"][1]["spec"]["containers"]
+    assert worker["command"] == ["/usr/sbin/sshd"] and env_of(worker)["K_MPI_JOB_ROLE"] == "worker"
+    assert {"name": "mpi-ssh-auth", "mountPath": "/home/mpiuser/.ssh"} in worker["volumeMounts"]
+    assert objects["ConfigMap"]["data"]["hostfile"] == "pi-node-0-0.pi slots=1\npi-node-0-1.pi slots=1\n"
+
+
+def test_mpijob_v2beta1_mpich_and_launcher_as_worker(capsys: Any, monkeypatch: Any) -> None:
+    """mpi-operator examples/v2beta1/pi/pi-mpich.yaml (MPICH, a worker readiness probe), with the
+    Launcher as a worker, 4 slots, and the Launcher made after the Workers are ready."""
+    job = pi(
+        "MPICH", slotsPerWorker=4, runLauncherAsWorker=True, launcherCreationPolicy="WaitForWorkersReady"
+    )
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    worker["readinessProbe"] = {"tcpSocket": {"port": 2222}, "initialDelaySeconds": 2}
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    assert (
+        "spec.launcherCreationPolicy: with runLauncherAsWorker, the Launcher's hostfile line comes after"
+        in err
+    )
+    assert out[1]["spec"]["trainer"] == {"numNodes": 3, "numProcPerNode": 4}
+    objects = rendered(out, capsys, monkeypatch)
+    by_job = pods(objects["JobSet"])
+    assert {k: v[0] for k, v in by_job.items()} == {"node": 2, "launcher": 1}
+    launcher_job = next(r for r in objects["JobSet"]["spec"]["replicatedJobs"] if r["name"] == "launcher")
+    assert launcher_job["dependsOn"] == [{"name": "node", "status": "Ready"}]
+    env = env_of(by_job["launcher"][1]["spec"]["containers"][0])
+    assert env["HYDRA_HOST_FILE"] == "/etc/mpi/hostfile" and "NVIDIA_VISIBLE_DEVICES" not in env
+    assert by_job["node"][1]["spec"]["containers"][0]["readinessProbe"]["tcpSocket"] == {"port": 2222}
+    assert objects["ConfigMap"]["data"]["hostfile"].splitlines() == [
+        "pi-node-0-0.pi:4",
+        "pi-node-0-1.pi:4",
+        "pi-launcher-0-0.pi:4",
+    ]
+    # Without the creation policy, the Launcher's line comes first, as in v2beta1.
+    del job["spec"]["launcherCreationPolicy"]
+    code, out, err = migrate([job], capsys, monkeypatch)
+    hostfile = rendered(out, capsys, monkeypatch)["ConfigMap"]["data"]["hostfile"]
+    assert hostfile.splitlines()[0] == "pi-launcher-0-0.pi:4"
+
+
+def test_mpijob_v1_horovod(capsys: Any, monkeypatch: Any) -> None:
+    """training-operator examples/mpi/tensorflow-mnist.yaml: a Horovod Launcher (mpirun -np 2)
+    and 2 Workers with no command, which v1 reached by kubectl exec."""
+    image = "registry.example/horovod:0.20.0-cpu"
+    launcher = {
+        "name": "mpi",
+        "image": image,
+        "command": ["mpirun"],
+        "args": [
+            "-np",
+            "2",
+            "--allow-run-as-root",
+            "-bind-to",
+            "none",
+            "python",
+            "/examples/tensorflow2_mnist.py",
+        ],
+        "resources": {"limits": {"cpu": 1, "memory": "2Gi"}},
+    }
+    worker = {"name": "mpi", "image": image, "resources": {"limits": {"cpu": 2, "memory": "4Gi"}}}
+    spec = {
+        "slotsPerWorker": 1,
+        "runPolicy": {"cleanPodPolicy": "Running"},
+        "mpiReplicaSpecs": {"Launcher": replica(1, "Never", launcher), "Worker": replica(2, "Never", worker)},
+    }
+    code, out, err = migrate([v1job("MPIJob", "tensorflow-mnist", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    assert "kubectl exec" in err and "containers[mpi].command" in err
+    by_job = pods(rendered(out, capsys, monkeypatch)["JobSet"])
+    assert {k: v[0] for k, v in by_job.items()} == {"launcher": 1, "node": 2}
+    [node] = by_job["node"][1]["spec"]["containers"]
+    assert node["command"] == ["/usr/sbin/sshd", "-De"]  # an SSH server instead of v1's sleep
+    assert node["resources"] == {"limits": {"cpu": "2", "memory": "4Gi"}}
+    assert {"name": "mpi-ssh-auth", "mountPath": "/root/.ssh"} in node["volumeMounts"]
+    assert by_job["launcher"][1]["spec"]["containers"][0]["args"][:2] == ["-np", "2"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "field"),
+    [({"Launcher": None}, "Launcher"), ({"Chief": {}}, "Chief")],
+)
+def test_mpijob_shape_refusals(policy: dict[str, Any], field: str, capsys: Any, monkeypatch: Any) -> None:
+    job = pi()
+    specs = job["spec"]["mpiReplicaSpecs"]
+    for key, value in policy.items():
+        if value is None:
+            del specs[key]
+        else:
+            specs[key] = value
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert (code, out) == (1, [])
+    assert f"spec.mpiReplicaSpecs.{field}" in err
+
+
+# --- runPolicy.schedulingPolicy ---
+
+
+def test_volcano_gang_with_queue_and_priority(capsys: Any, monkeypatch: Any) -> None:
+    """A gang on Volcano (the pods name it as their scheduler): its queue and priority class."""
+    job = pi(
+        runPolicy={"schedulingPolicy": {"minAvailable": 3, "queue": "research", "priorityClass": "high"}}
+    )
+    for rspec in job["spec"]["mpiReplicaSpecs"].values():
+        rspec["template"]["spec"]["schedulerName"] = "volcano"
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    runtime = out[0]
+    assert runtime["spec"]["podGroupPolicy"] == {"volcano": {}}
+    objects = {o["kind"]: o for o in render([priority_class("high"), *out], capsys, monkeypatch)}
+    group = objects["PodGroup"]
+    assert group["spec"]["queue"] == "research" and group["spec"]["priorityClassName"] == "high"
+    assert group["spec"]["minMember"] == 3
+
+
+def test_coscheduling_gang_with_timeout(capsys: Any, monkeypatch: Any) -> None:
+    spec = {
+        "jaxReplicaSpecs": {
+            "Worker": replica(2, "OnFailure", {"name": "jax", "image": "registry.example/jax:1"})
+        },
+        "runPolicy": {"schedulingPolicy": {"scheduleTimeoutSeconds": 120, "minAvailable": 1}},
+    }
+    code, out, err = migrate([v1job("JAXJob", "gang", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    assert "minAvailable: 1 is not carried" in err
+    assert out[0]["spec"]["podGroupPolicy"] == {"coscheduling": {"scheduleTimeoutSeconds": 120}}
+    objects = {o["kind"]: o for o in render(out, capsys, monkeypatch)}
+    assert objects["PodGroup"]["spec"]["scheduleTimeoutSeconds"] == 120
+    assert objects["PodGroup"]["spec"]["minMember"] == 2
+
+
+def priority_class(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.k8s.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "value": 1000,
+    }
+
+
+# --- --from-cluster ---
+
+
+def every_kind(namespace: str) -> list[dict[str, Any]]:
+    """One job of each v1 kind (MPIJob in both versions' shapes, the CRD serving v2beta1 first)."""
+    torch = {"name": "pytorch", "image": "registry.example/mnist:1", "command": ["python3", "mnist.py"]}
+    jobs = [
+        v1job("PyTorchJob", "torch", {"pytorchReplicaSpecs": {"Worker": replica(2, "OnFailure", torch)}}),
+        v1job(
+            "XGBoostJob", "xgb", {"xgbReplicaSpecs": {"Master": replica(1, "OnFailure", xgboost_container())}}
+        ),
+        v1job(
+            "JAXJob",
+            "jax",
+            {"jaxReplicaSpecs": {"Worker": replica(2, "OnFailure", {"name": "jax", "image": "j:1"})}},
+        ),
+        v1job(
+            "PaddleJob",
+            "paddle",
+            {"paddleReplicaSpecs": {"Worker": replica(2, "OnFailure", paddle_container())}},
+        ),
+        v1job("TFJob", "tf", {"tfReplicaSpecs": {"Worker": replica(2, "OnFailure", tensorflow())}}),
+        pi(),
+    ]
+    for job in jobs:
+        job["metadata"]["namespace"] = namespace
+        job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    return jobs
+
+
+def test_from_cluster_every_kind_on_each_backend(
+    cluster: Any, capsys: Any, monkeypatch: Any, tmp_path: Any
+) -> None:
+    """The v1 CRDs as plain CRDs, one job of each kind: `--from-cluster -A` prints their
+    TrainJobs (and runtimes), suspended as they still run, by LIST requests only; the output
+    renders."""
+    import time
+
+    from migrate_helpers import run, v1_crd
+
+    install = getattr(cluster, "install", None) or cluster.create
+    for kind in ("PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "TFJob"):
+        install(v1_crd(kind))
+    install(v1_crd("MPIJob", ("v2beta1", "v1")))
+    deadline = time.monotonic() + 60
+    for job in every_kind(cluster.namespace):
+        while True:  # a new CRD is served once it is established
+            try:
+                cluster.create(job)
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    cluster.add_user("migrator")
+    cluster.grant("migrator")
+    monkeypatch.setenv("KUBECONFIG", str(cluster.write_kubeconfig(tmp_path / "kubeconfig", user="migrator")))
+    mark = cluster.audit_mark()
+    code, out, err = run(["migrate", "--from-cluster", "-A"], "", capsys, monkeypatch)
+    assert code == 0, err
+    import yaml
+
+    objects = [
+        d for d in yaml.safe_load_all(out) if d and d["metadata"].get("namespace") == cluster.namespace
+    ]
+    trainjobs = {o["metadata"]["name"]: o for o in objects if o["kind"] == "TrainJob"}
+    assert set(trainjobs) == {"torch", "xgb", "jax", "paddle", "tf", "pi"}  # the MPIJob once, as v2beta1
+    assert all(t["spec"]["suspend"] is True for t in trainjobs.values())
+    assert all(not {"uid", "resourceVersion", "managedFields"} & set(o["metadata"]) for o in objects)
+    assert "status" not in str([o.keys() for o in objects])
+    runtimes = {o["metadata"]["name"] for o in objects if o["kind"] == "TrainingRuntime"}
+    assert runtimes == {"paddle", "tf", "pi"}  # no bundled runtime fits these
+    verbs = {r.verb for r in cluster.audit_since(mark) if r.user == "migrator"}
+    assert "list" in verbs and verbs <= {"get", "list", "watch"}, verbs
+    jobsets = [o for o in render(objects, capsys, monkeypatch) if o["kind"] == "JobSet"]
+    assert len(jobsets) == 6
+    for obj in objects:  # and the server takes them: our CRDs' schemas and rules accept each
+        cluster.create(obj)
