@@ -1,8 +1,8 @@
 """`trainer migrate` for XGBoostJob, JAXJob, PaddleJob, TFJob and MPIJob (v1 and v2beta1): the round
 trip through `trainer render` runs the pods v1 ran, with v1's env (docs/migration.md).
 
-The manifests are our own, in the shape of the upstream examples named at each test (the
-training-operator and mpi-operator repositories); none is copied.
+The manifests are our own, in the shape of the upstream examples named at each test or in
+tests/v1_examples.py (the training-operator and mpi-operator repositories); none is copied.
 """
 
 from __future__ import annotations
@@ -12,32 +12,21 @@ from typing import Any
 
 import pytest
 from migrate_helpers import COMPLETION_INDEX, env_of, jobset_of, migrate, pods, render
+from v1_examples import (
+    every_kind,
+    horovod,
+    paddle_replica,
+    pi,
+    replica,
+    tensorflow,
+    v1job,
+    xgboost_container,
+)
 
 INDEX = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
 
 
-def replica(count: int, restart: str, *containers: dict[str, Any], **pod: Any) -> dict[str, Any]:
-    return {
-        "replicas": count,
-        "restartPolicy": restart,
-        "template": {"spec": {"containers": list(containers), **pod}},
-    }
-
-
-def v1job(kind: str, name: str, spec: dict[str, Any], api: str = "kubeflow.org/v1") -> dict[str, Any]:
-    return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ml"}, "spec": spec}
-
-
 # --- XGBoostJob ---
-
-
-def xgboost_container() -> dict[str, Any]:
-    return {
-        "name": "xgboost",
-        "image": "registry.example/xgboost-dist-iris:1.1",
-        "ports": [{"name": "xgboostjob-port", "containerPort": 9991}],
-        "args": ["--job_type=Train", "--n_estimators=10", "--model_path=/tmp/xgboost-model"],
-    }
 
 
 def test_xgboost_iris_master_and_workers(capsys: Any, monkeypatch: Any) -> None:
@@ -116,31 +105,10 @@ def test_jax_cpu_demo(capsys: Any, monkeypatch: Any) -> None:
 # --- PaddleJob ---
 
 
-def paddle_container() -> dict[str, Any]:
-    return {
-        "name": "paddle",
-        "image": "registry.example/paddle:2.4.0-gpu",
-        "command": ["python"],
-        "args": ["-m", "paddle.distributed.launch", "run_check"],
-        "ports": [{"name": "master", "containerPort": 37777}],
-        "resources": {"limits": {"nvidia.com/gpu": 2}},
-        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-    }
-
-
 def test_paddle_collective(capsys: Any, monkeypatch: Any) -> None:
     """training-operator examples/paddlepaddle/simple-gpu.yaml: 2 Workers (collective mode),
     port 37777 named master, 2 GPUs each, /dev/shm from memory."""
-    spec = {
-        "paddleReplicaSpecs": {
-            "Worker": replica(
-                2,
-                "OnFailure",
-                paddle_container(),
-                volumes=[{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
-            )
-        }
-    }
+    spec = {"paddleReplicaSpecs": {"Worker": paddle_replica(2)}}
     code, out, err = migrate([v1job("PaddleJob", "paddle-simple", spec)], capsys, monkeypatch)
     assert code == 0, err
     runtime, trainjob = out
@@ -159,22 +127,13 @@ def test_paddle_collective(capsys: Any, monkeypatch: Any) -> None:
 
 
 def test_paddle_parameter_servers_are_refused(capsys: Any, monkeypatch: Any) -> None:
-    spec = {"paddleReplicaSpecs": {r: replica(2, "Never", paddle_container()) for r in ("Master", "Worker")}}
+    spec = {"paddleReplicaSpecs": {r: paddle_replica(2, "Never") for r in ("Master", "Worker")}}
     code, out, err = migrate([v1job("PaddleJob", "ps", spec)], capsys, monkeypatch, "--lossy")
     assert (code, out) == (1, [])
     assert "spec.paddleReplicaSpecs.Master: a PaddleJob with a Master runs in parameter-server mode" in err
 
 
 # --- TFJob ---
-
-
-def tensorflow(**extra: Any) -> dict[str, Any]:
-    return {
-        "name": "tensorflow",
-        "image": "registry.example/tf-mnist-with-summaries:1",
-        "command": ["python", "/opt/tf-mnist-with-summaries/mnist.py", "--epochs=1"],
-        **extra,
-    }
 
 
 def test_tfjob_of_workers(capsys: Any, monkeypatch: Any) -> None:
@@ -239,42 +198,6 @@ def test_tfjob_parameter_servers_are_refused(capsys: Any, monkeypatch: Any) -> N
 
 
 # --- MPIJob ---
-
-
-def pi(implementation: str | None = None, **spec: Any) -> dict[str, Any]:
-    """mpi-operator examples/v2beta1/pi/pi.yaml: a Launcher running mpirun as user 1000, 2 Workers
-    running sshd, the key at /home/mpiuser/.ssh."""
-    image = "registry.example/mpi-pi:openmpi"
-    limits = {"limits": {"cpu": "1", "memory": "1Gi"}}
-    launcher = {
-        "name": "mpi-launcher",
-        "image": image,
-        "securityContext": {"runAsUser": 1000},
-        "command": ["mpirun"],
-        "args": ["-n", "2", "/home/mpiuser/pi"],
-        "resources": limits,
-    }
-    worker = {
-        "name": "mpi-worker",
-        "image": image,
-        "securityContext": {"runAsUser": 1000},
-        "command": ["/usr/sbin/sshd"],
-        "args": ["-De", "-f", "/home/mpiuser/.sshd_config"],
-        "resources": limits,
-    }
-    body: dict[str, Any] = {
-        "slotsPerWorker": 1,
-        "runPolicy": {"cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 60, "backoffLimit": 0},
-        "sshAuthMountPath": "/home/mpiuser/.ssh",
-        "mpiReplicaSpecs": {
-            "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
-            "Worker": {"replicas": 2, "template": {"spec": {"containers": [worker]}}},
-        },
-        **spec,
-    }
-    if implementation:
-        body["mpiImplementation"] = implementation
-    return v1job("MPIJob", "pi", body, api="kubeflow.org/v2beta1")
 
 
 def rendered(out: list[dict[str, Any]], capsys: Any, monkeypatch: Any) -> dict[str, dict[str, Any]]:
@@ -353,31 +276,9 @@ def test_mpijob_v2beta1_mpich_and_launcher_as_worker(capsys: Any, monkeypatch: A
 
 
 def test_mpijob_v1_horovod(capsys: Any, monkeypatch: Any) -> None:
-    """training-operator examples/mpi/tensorflow-mnist.yaml: a Horovod Launcher (mpirun -np 2)
-    and 2 Workers with no command, which v1 reached by kubectl exec."""
-    image = "registry.example/horovod:0.20.0-cpu"
-    launcher = {
-        "name": "mpi",
-        "image": image,
-        "command": ["mpirun"],
-        "args": [
-            "-np",
-            "2",
-            "--allow-run-as-root",
-            "-bind-to",
-            "none",
-            "python",
-            "/examples/tensorflow2_mnist.py",
-        ],
-        "resources": {"limits": {"cpu": 1, "memory": "2Gi"}},
-    }
-    worker = {"name": "mpi", "image": image, "resources": {"limits": {"cpu": 2, "memory": "4Gi"}}}
-    spec = {
-        "slotsPerWorker": 1,
-        "runPolicy": {"cleanPodPolicy": "Running"},
-        "mpiReplicaSpecs": {"Launcher": replica(1, "Never", launcher), "Worker": replica(2, "Never", worker)},
-    }
-    code, out, err = migrate([v1job("MPIJob", "tensorflow-mnist", spec)], capsys, monkeypatch)
+    """training-operator examples/mpi/tensorflow-mnist.yaml (tests/v1_examples.py): Workers
+    with no command, which v1 reached by kubectl exec, get an SSH server."""
+    code, out, err = migrate([horovod()], capsys, monkeypatch)
     assert code == 0, err
     assert "kubectl exec" in err and "containers[mpi].command" in err
     by_job = pods(rendered(out, capsys, monkeypatch)["JobSet"])
@@ -452,33 +353,6 @@ def priority_class(name: str) -> dict[str, Any]:
 
 
 # --- --from-cluster ---
-
-
-def every_kind(namespace: str) -> list[dict[str, Any]]:
-    """One job of each v1 kind (MPIJob in both versions' shapes, the CRD serving v2beta1 first)."""
-    torch = {"name": "pytorch", "image": "registry.example/mnist:1", "command": ["python3", "mnist.py"]}
-    jobs = [
-        v1job("PyTorchJob", "torch", {"pytorchReplicaSpecs": {"Worker": replica(2, "OnFailure", torch)}}),
-        v1job(
-            "XGBoostJob", "xgb", {"xgbReplicaSpecs": {"Master": replica(1, "OnFailure", xgboost_container())}}
-        ),
-        v1job(
-            "JAXJob",
-            "jax",
-            {"jaxReplicaSpecs": {"Worker": replica(2, "OnFailure", {"name": "jax", "image": "j:1"})}},
-        ),
-        v1job(
-            "PaddleJob",
-            "paddle",
-            {"paddleReplicaSpecs": {"Worker": replica(2, "OnFailure", paddle_container())}},
-        ),
-        v1job("TFJob", "tf", {"tfReplicaSpecs": {"Worker": replica(2, "OnFailure", tensorflow())}}),
-        pi(),
-    ]
-    for job in jobs:
-        job["metadata"]["namespace"] = namespace
-        job["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
-    return jobs
 
 
 def test_from_cluster_every_kind_on_each_backend(

@@ -621,6 +621,24 @@ def test_job_needs_a_restart_policy(apiserver: LocalAPIServer, restart_policy: s
     )
 
 
+def test_job_mounts_only_volumes_of_its_pod(cluster: Any) -> None:
+    """The real server refuses a mount of a volume the pod does not have (a JobSet's Job creation
+    fails on it); the stand-in says the same."""
+    from trainer_sandbox.apiserver import APIError
+
+    job = _job("mounts", restart_policy="Never")
+    job["metadata"]["namespace"] = cluster.namespace
+    job["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "dshm", "mountPath": "/dev/shm"}
+    ]
+    with pytest.raises(APIError) as err:
+        cluster.create(job)
+    assert (err.value.code, err.value.reason) == (422, "Invalid")
+    assert 'spec.template.spec.containers[0].volumeMounts[0].name: Not found: "dshm"' in err.value.message
+    job["spec"]["template"]["spec"]["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    cluster.create(job)
+
+
 def test_job_gets_a_generated_selector_and_its_pods_carry_it(apiserver: LocalAPIServer) -> None:
     created = apiserver.create(_job("j", restart_policy="Never", parallelism=2, completions=2))
     uid = created["metadata"]["uid"]

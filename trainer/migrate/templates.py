@@ -133,10 +133,9 @@ def pod_template(
     env: list[Obj] | None,
     restart: str,
     priority_class: str | None = None,
-    rename: bool = True,
 ) -> Obj:
     """The v1 template whole, for a generated runtime: the training container renamed ``node``
-    (unless not ``rename``) with ``env`` as its env, and the restart policy a Job can have."""
+    with ``env`` as its env, and the restart policy a Job can have."""
     out = copy.deepcopy(template)
     meta = {
         k: v for k, v in (out.pop("metadata", None) or {}).items() if k in ("labels", "annotations") and v
@@ -146,8 +145,7 @@ def pod_template(
     spec = out["spec"]
     for each in spec.get("containers") or []:
         if container is not None and isinstance(each, dict) and each.get("name") == container:
-            if rename:
-                each["name"] = c.NODE
+            each["name"] = c.NODE
             if env:
                 each["env"] = env
             else:

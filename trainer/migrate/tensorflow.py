@@ -106,9 +106,7 @@ def convert(job: Obj, options: Options) -> Result:
         )
         rjob = replicated_job(
             jobs[rtype],
-            pod_template(
-                template, CONTAINER, env, restart.pod, lifecycle.priority_class, rename=rtype == trainer_role
-            ),
+            pod_template(template, CONTAINER, env, restart.pod, lifecycle.priority_class),
             backoff_limit=lifecycle.backoff_limit,
             pod_failure_policy=restart.pod_failure_policy,
             trainer=rtype == trainer_role,

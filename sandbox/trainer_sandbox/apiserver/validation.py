@@ -8,6 +8,7 @@ schema shipped in ``k8s_schemas.json.gz``.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -141,15 +142,33 @@ def _job_rules(job: dict[str, Any]) -> list[FieldError]:
     pspec = tmpl.get("spec") if isinstance(tmpl, dict) else None
     if not isinstance(spec, dict) or not isinstance(pspec, dict):
         return []
+    errors = _mounted_volumes(pspec)
     path = "spec.template.spec.restartPolicy"
     policy = pspec.get("restartPolicy") or ""
     if policy in ("", "Always"):
-        return [required(path, "valid values: " + ", ".join(f'"{p}"' for p in _JOB_RESTART_POLICIES))]
-    if policy not in _JOB_RESTART_POLICIES:
-        return [unsupported(path, policy, _JOB_RESTART_POLICIES)]
-    if spec.get("podFailurePolicy") is not None and policy != "Never":
-        return [invalid(path, policy, 'only "Never" is supported when podFailurePolicy is specified')]
-    return []
+        errors.append(required(path, "valid values: " + ", ".join(f'"{p}"' for p in _JOB_RESTART_POLICIES)))
+    elif policy not in _JOB_RESTART_POLICIES:
+        errors.append(unsupported(path, policy, _JOB_RESTART_POLICIES))
+    elif spec.get("podFailurePolicy") is not None and policy != "Never":
+        errors.append(invalid(path, policy, 'only "Never" is supported when podFailurePolicy is specified'))
+    return errors
+
+
+def _mounted_volumes(pspec: dict[str, Any]) -> list[FieldError]:
+    """Every volumeMount names a volume of the pod (kube-apiserver's "Not found", which a
+    JobSet's Job creation then fails with)."""
+    volumes = {v.get("name") for v in pspec.get("volumes") or [] if isinstance(v, dict)}
+    errors = []
+    for group in ("initContainers", "containers"):
+        for i, container in enumerate(pspec.get(group) or []):
+            if not isinstance(container, dict):
+                continue
+            for j, mount in enumerate(container.get("volumeMounts") or []):
+                name = mount.get("name") if isinstance(mount, dict) else None
+                if name not in volumes:
+                    path = f"spec.template.spec.{group}[{i}].volumeMounts[{j}].name"
+                    errors.append(FieldError(path, "Not found", json.dumps(name)))
+    return errors
 
 
 def validate_meta(rt: ResourceType, meta: dict[str, Any]) -> list[FieldError]:
