@@ -328,3 +328,30 @@ def test_fix_names_maps_each_invalid_name(name: str, fixed: str, capsys: Any, mo
     code, again, _ = migrate([pytorchjob(name=name)], capsys, monkeypatch, "--fix-names")
     assert again[0]["metadata"]["name"] == new  # the same name every time
     render(out, capsys, monkeypatch)  # and a valid TrainJob
+
+
+def test_two_kinds_of_one_name_are_not_both_converted(capsys: Any, monkeypatch: Any) -> None:
+    """A PyTorchJob and a TFJob named alike in one namespace would be one TrainJob: the second
+    is refused, naming the first."""
+    tfjob = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "mnist", "namespace": "team-a"},
+        "spec": {
+            "tfReplicaSpecs": {
+                "Worker": {"template": {"spec": {"containers": [{"name": "tensorflow", "image": "t"}]}}}
+            }
+        },
+    }
+    code, out, err = migrate([pytorchjob(), tfjob], capsys, monkeypatch)
+    assert code == 1
+    assert [o["kind"] for o in out] == ["TrainJob"] and out[0]["spec"]["runtimeRef"][
+        "name"
+    ] == "torch-distributed"
+    assert (
+        "error: TFJob team-a/mnist: metadata.name: PyTorchJob team-a/mnist becomes the TrainJob 'mnist'"
+        in err
+    )
+    tfjob["metadata"]["namespace"] = "team-b"
+    code, out, err = migrate([pytorchjob(), tfjob], capsys, monkeypatch)
+    assert code == 0, err

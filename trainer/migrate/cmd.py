@@ -67,10 +67,12 @@ def run_migrate(args: argparse.Namespace) -> int:
     )
     items: list[Obj] = []
     refused = False
+    made: dict[tuple[str, str], str] = {}  # (namespace, TrainJob name) -> the v1 job it came from
     for job in jobs:
         what = describe(job)
         try:
             result = convert(job, options)
+            _check_unique(result, what, made)
         except Refusal as exc:
             refused = True
             print(f"error: {what}: {exc.field}: {exc.reason}", file=sys.stderr)
@@ -86,6 +88,22 @@ def run_migrate(args: argparse.Namespace) -> int:
         dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
         sys.stdout.write(yaml.dump_all(items, Dumper=dumper, sort_keys=False, default_flow_style=False))
     return EXIT_REFUSED if refused else EXIT_OK
+
+
+def _check_unique(result: Result, what: str, made: dict[tuple[str, str], str]) -> None:
+    """Two v1 kinds may share a name in a namespace; their TrainJobs may not (one would replace
+    the other when applied)."""
+    for obj in result.objects:
+        if obj.get("kind") != "TrainJob":
+            continue
+        meta = obj["metadata"]
+        key = (str(meta.get("namespace") or ""), str(meta["name"]))
+        if key in made:
+            raise Refusal(
+                "metadata.name",
+                f"{made[key]} becomes the TrainJob {meta['name']!r} in this namespace too; rename one of them",
+            )
+        made[key] = what
 
 
 def describe(job: Obj) -> str:
