@@ -38,7 +38,7 @@ def examples() -> dict[str, dict[str, Any]]:
     )
     tf = v1job(
         "TFJob",
-        "tf",
+        "tf-chief",
         {
             "tfReplicaSpecs": {
                 "Chief": replica(1, "Never", tensorflow()),
@@ -49,7 +49,7 @@ def examples() -> dict[str, dict[str, Any]]:
     return {
         **jobs,
         "xgb": xgb,
-        "tf": tf,
+        "tf-chief": tf,
         "tensorflow-mnist": horovod(),
         "pi-intel": renamed(pi("Intel"), "pi-intel"),
     }
@@ -66,7 +66,8 @@ EXPECTED = {
     "xgb": {"node": 3},
     "jax": {"node": 2},
     "paddle": {"node": 2},
-    "tf": {"chief": 1, "node": 2},
+    "tf": {"node": 2},  # Workers alone: the Job succeeds when index 0 has (a Job successPolicy)
+    "tf-chief": {"chief": 1, "node": 2},
     "pi": {"launcher": 1, "node": 2},
     "pi-intel": {"launcher": 1, "node": 2},
     "tensorflow-mnist": {"launcher": 1, "node": 2},
