@@ -284,6 +284,30 @@ def _group_marks(js: Obj, rjob: Obj, index: int) -> dict[str, str]:
     }
 
 
+def _add_claimed_volumes(js: Obj, pod_spec: Obj) -> None:
+    """JobSet's volumeClaimPolicies (v0.12): every template a container of the pod mounts becomes
+    a volume of the claim ``<template>-<jobset>``. (The stand-in serves no PersistentVolumeClaims,
+    so it does not create the claim itself, as JobSet does.)"""
+    mounted = {
+        mount.get("name")
+        for group in ("initContainers", "containers")
+        for container in pod_spec.get(group) or []
+        if isinstance(container, dict)
+        for mount in container.get("volumeMounts") or []
+        if isinstance(mount, dict)
+    }
+    for policy in (js.get("spec") or {}).get("volumeClaimPolicies") or []:
+        for template in policy.get("templates") or []:
+            claim = (template.get("metadata") or {}).get("name")
+            if claim in mounted:
+                pod_spec.setdefault("volumes", []).append(
+                    {
+                        "name": claim,
+                        "persistentVolumeClaim": {"claimName": f"{claim}-{js['metadata']['name']}"},
+                    }
+                )
+
+
 def main_container(pod_spec: Obj) -> Obj:
     containers = pod_spec.get("containers") or [{}]
     return next((c for c in containers if c.get("name") == "node"), containers[0])
@@ -606,6 +630,7 @@ class JobSetController:
         if network.get("enableDNSHostnames", True):
             ptmpl.setdefault("spec", {})["subdomain"] = network.get("subdomain") or jsname
         jspec["suspend"] = suspend
+        _add_claimed_volumes(js, ptmpl.setdefault("spec", {}))
         job = {
             "apiVersion": "batch/v1",
             "kind": "Job",

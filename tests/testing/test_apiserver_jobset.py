@@ -393,3 +393,27 @@ def test_group_and_global_replica_labels(trainer_apiserver: LocalAPIServer) -> N
         pod = by_job[name]["metadata"]
         assert {k: pod["labels"][k] for k in marks} == want, name
         assert {k: pod["annotations"][k] for k in marks} == want, name
+
+
+def test_volume_claim_policies_give_the_jobs_their_claims(cluster: Any) -> None:
+    """JobSet (v0.12) turns each volumeClaimPolicies template a container mounts into a volume of
+    the claim `<template>-<jobset>`; the stand-in does the same (the real one also makes the
+    claim), so a Job mounting it is valid on both."""
+    node = rjob("node", pods=1)
+    node["template"]["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "initializer", "mountPath": "/workspace"}
+    ]
+    claims = {
+        "templates": [
+            {
+                "metadata": {"name": "initializer"},
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+            }
+        ]
+    }
+    body = jobset("claims", node, volumeClaimPolicies=[claims])
+    body["metadata"]["namespace"] = cluster.namespace
+    cluster.create(body)
+    [job] = wait_for(lambda: cluster.list("batch/v1", "Job"), timeout=60)
+    volumes = job["spec"]["template"]["spec"]["volumes"]
+    assert volumes == [{"name": "initializer", "persistentVolumeClaim": {"claimName": "initializer-claims"}}]
