@@ -274,21 +274,37 @@ PYTORCHJOB_CRD = v1_crd("PyTorchJob")
 
 
 def test_from_cluster_reads_only(capsys: Any, monkeypatch: Any, tmp_path: Path) -> None:
+    """Only the kinds the cluster serves are read (the others are skipped), MPIJob as v1 where
+    that is the version served, by LIST requests alone; a cluster with none of them says so."""
     from trainer_sandbox.apiserver import LocalAPIServer
+    from v1_examples import horovod
 
     server = LocalAPIServer().start()
     try:
-        server.create(PYTORCHJOB_CRD)
-        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
-        server.create(pytorchjob(name="in-cluster"))
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig", user="migrator")
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+        code, out, err = run(["migrate", "--from-cluster", "-A"], "", capsys, monkeypatch)
+        assert (code, out) == (0, "")
+        assert "note: the cluster serves none of the v1 kinds" in err
+
+        server.create(PYTORCHJOB_CRD)
+        server.create(v1_crd("MPIJob"))  # the Training Operator's MPIJob only
+        server.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+        server.create(pytorchjob(name="in-cluster"))
+        mpijob = horovod()
+        mpijob["metadata"]["namespace"] = "team-a"
+        server.create(mpijob)
         server.audit.records.clear()
         code, out, err = run(["migrate", "--from-cluster", "-A"], "", capsys, monkeypatch)
         assert code == 0, err
-        [trainjob] = [d for d in yaml.safe_load_all(out) if d]
-        assert trainjob["metadata"]["name"] == "in-cluster"
-        assert "uid" not in trainjob["metadata"] and "resourceVersion" not in trainjob["metadata"]
+        objects = [d for d in yaml.safe_load_all(out) if d]
+        assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+            ("TrainJob", "in-cluster"),
+            ("TrainingRuntime", "tensorflow-mnist"),
+            ("TrainJob", "tensorflow-mnist"),
+        ]
+        assert "kubectl exec" in err  # converted as the v1 MPIJob it is
+        assert "uid" not in objects[0]["metadata"] and "resourceVersion" not in objects[0]["metadata"]
         verbs = {r.verb for r in server.audit.records if r.user == "migrator"}
         assert verbs and verbs <= {"get", "list", "watch"}, verbs
         code, out, err = run(["migrate", "--from-cluster", "-n", "elsewhere"], "", capsys, monkeypatch)
