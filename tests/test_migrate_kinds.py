@@ -21,6 +21,7 @@ from v1_examples import (
     tensorflow,
     v1job,
     xgboost_container,
+    xgboost_iris,
 )
 
 INDEX = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
@@ -30,20 +31,8 @@ INDEX = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
 
 
 def test_xgboost_iris_master_and_workers(capsys: Any, monkeypatch: Any) -> None:
-    """training-operator examples/xgboost/xgboost-dist/xgboostjob_v1_iris_train.yaml: a Master
-    (Never) and 2 Workers (ExitCode), port 9991 by name (the example names its container
-    xgboostjob, which v1 itself could not serve; ours is v1's xgboost)."""
-    job = v1job(
-        "XGBoostJob",
-        "xgboost-dist-iris",
-        {
-            "xgbReplicaSpecs": {
-                "Master": replica(1, "Never", xgboost_container()),
-                "Worker": replica(2, "ExitCode", xgboost_container()),
-            }
-        },
-    )
-    code, out, err = migrate([job], capsys, monkeypatch)
+    """xgboostjob_v1_iris_train.yaml's shape (tests/v1_examples.py): Never and ExitCode mixed."""
+    code, out, err = migrate([xgboost_iris()], capsys, monkeypatch)
     assert code == 0, err
     assert "'ExitCode' for all" in err  # Never and ExitCode: the nearest one policy, said
     runtime, trainjob = out

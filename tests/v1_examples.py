@@ -145,3 +145,19 @@ def horovod() -> dict[str, Any]:
         "mpiReplicaSpecs": {"Launcher": replica(1, "Never", launcher), "Worker": replica(2, "Never", worker)},
     }
     return v1job("MPIJob", "tensorflow-mnist", spec)
+
+
+def xgboost_iris(name: str = "xgboost-dist-iris", worker_restart: str = "ExitCode") -> dict[str, Any]:
+    """training-operator examples/xgboost/xgboost-dist/xgboostjob_v1_iris_train.yaml: a Master
+    (Never) and 2 Workers (ExitCode), port 9991 by name (the example names its container
+    xgboostjob, which v1 itself could not serve; ours is v1's xgboost)."""
+    return v1job(
+        "XGBoostJob",
+        name,
+        {
+            "xgbReplicaSpecs": {
+                "Master": replica(1, "Never", xgboost_container()),
+                "Worker": replica(2, worker_restart, xgboost_container()),
+            }
+        },
+    )

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from operator_helpers import conditions, wait_for
 from trainer_sandbox.backends import Cluster
-from v1_examples import every_kind, horovod, pi, replica, tensorflow, v1job, xgboost_container
+from v1_examples import every_kind, horovod, pi, replica, tensorflow, v1job, xgboost_iris
 
 from trainer.cli import main
 from trainer.controller.embedded import EmbeddedOperator
@@ -26,16 +26,7 @@ def examples() -> dict[str, dict[str, Any]]:
     jobs = {job["metadata"]["name"]: job for job in every_kind("placeholder")}
     for job in jobs.values():
         del job["status"]  # not running: the TrainJobs start at once
-    xgb = v1job(
-        "XGBoostJob",
-        "xgb",
-        {
-            "xgbReplicaSpecs": {
-                "Master": replica(1, "Never", xgboost_container()),
-                "Worker": replica(2, "Never", xgboost_container()),
-            }
-        },
-    )
+    xgb = xgboost_iris("xgb", worker_restart="Never")
     tf = v1job(
         "TFJob",
         "tf-chief",
