@@ -371,3 +371,16 @@ def test_two_kinds_of_one_name_are_not_both_converted(capsys: Any, monkeypatch: 
     tfjob["metadata"]["namespace"] = "team-b"
     code, out, err = migrate([pytorchjob(), tfjob], capsys, monkeypatch)
     assert code == 0, err
+
+
+def test_a_typed_list_as_the_api_serves_it(capsys: Any, monkeypatch: Any) -> None:
+    """A PyTorchJobList saved from the API: its items have no apiVersion or kind; they are the list's."""
+    items = []
+    for name in ("a", "b"):
+        job = pytorchjob(name=name)
+        del job["apiVersion"], job["kind"]
+        items.append(job)
+    listed = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJobList", "metadata": {}, "items": items}
+    code, out, err = run(["migrate", "-f", "-"], json.dumps(listed), capsys, monkeypatch)
+    assert code == 0, err
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(out) if d] == ["a", "b"]

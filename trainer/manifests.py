@@ -86,8 +86,13 @@ def parse_documents(text: str, source: str) -> list[Obj]:
         if not isinstance(doc, dict):
             raise ManifestError(f"{source}: document {i + 1} is not an object")
         if doc.get("kind") == "List" or (str(doc.get("kind", "")).endswith("List") and "items" in doc):
-            items = doc.get("items") or []
-            objects.extend(item for item in items if isinstance(item, dict))
+            items = [item for item in doc.get("items") or [] if isinstance(item, dict)]
+            kind = str(doc.get("kind"))
+            if kind != "List":
+                # A typed list, as the API serves it (a PyTorchJobList): its items carry no
+                # apiVersion or kind of their own; they are the list's.
+                items = [{"apiVersion": doc.get("apiVersion"), "kind": kind.removesuffix("List"), **i} for i in items]
+            objects.extend(items)
         else:
             objects.append(doc)
     for obj in objects:
