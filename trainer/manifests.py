@@ -91,7 +91,10 @@ def parse_documents(text: str, source: str) -> list[Obj]:
             if kind != "List":
                 # A typed list, as the API serves it (a PyTorchJobList): its items carry no
                 # apiVersion or kind of their own; they are the list's.
-                items = [{"apiVersion": doc.get("apiVersion"), "kind": kind.removesuffix("List"), **i} for i in items]
+                items = [
+                    {"apiVersion": doc.get("apiVersion"), "kind": kind.removesuffix("List"), **i}
+                    for i in items
+                ]
             objects.extend(items)
         else:
             objects.append(doc)
