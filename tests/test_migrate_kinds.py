@@ -392,3 +392,42 @@ def test_from_cluster_every_kind_on_each_backend(
     assert len(jobsets) == 6
     for obj in objects:  # and the server takes them: our CRDs' schemas and rules accept each
         cluster.create(obj)
+
+
+@pytest.mark.parametrize(
+    ("job", "field"),
+    [
+        (
+            v1job(
+                "PaddleJob",
+                "elastic",
+                {"paddleReplicaSpecs": {"Worker": paddle_replica(2)}, "elasticPolicy": {}},
+            ),
+            "spec.elasticPolicy",
+        ),
+        (
+            v1job(
+                "TFJob",
+                "dynamic",
+                {
+                    "tfReplicaSpecs": {"Worker": replica(2, "Never", tensorflow())},
+                    "enableDynamicWorker": True,
+                },
+            ),
+            "spec.enableDynamicWorker",
+        ),
+    ],
+)
+def test_what_v2_removed_is_refused_unless_lossy(
+    job: dict[str, Any], field: str, capsys: Any, monkeypatch: Any
+) -> None:
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert (code, out) == (1, [])
+    assert f"{job['metadata']['name']}: {field}:" in err
+    code, out, err = migrate([job], capsys, monkeypatch, "--lossy")
+    assert code == 0, err
+    assert (
+        f"Warning: {job['kind']} ml/{job['metadata']['name']}: {field}:" in err
+        and "(--lossy: dropped)" in err
+    )
+    render(out, capsys, monkeypatch)
