@@ -31,10 +31,13 @@ INDEX = {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
 
 
 def test_xgboost_iris_master_and_workers(capsys: Any, monkeypatch: Any) -> None:
-    """xgboostjob_v1_iris_train.yaml's shape (tests/v1_examples.py): Never and ExitCode mixed."""
+    """xgboostjob_v1_iris_train.yaml's shape (tests/v1_examples.py): Never and ExitCode mixed, the
+    container named xgboostjob."""
     code, out, err = migrate([xgboost_iris()], capsys, monkeypatch)
     assert code == 0, err
     assert "'ExitCode' for all" in err  # Never and ExitCode: the nearest one policy, said
+    # The one container, named as the example names it, is the training container.
+    assert "spec.xgbReplicaSpecs.Master.template.spec.containers[xgboostjob]: is not named 'xgboost'" in err
     runtime, trainjob = out
     assert runtime["spec"]["mlPolicy"] == {"numNodes": 3, "xgboost": {}}
     assert trainjob["spec"]["trainer"]["numNodes"] == 3
@@ -68,6 +71,11 @@ def test_xgboost_same_policy_fits_the_bundled_runtime(capsys: Any, monkeypatch: 
     del spec["xgbReplicaSpecs"]["Master"]
     code, out, err = migrate([v1job("XGBoostJob", "rabit", spec)], capsys, monkeypatch)
     assert code == 1 and "spec.xgbReplicaSpecs.Master: missing" in err
+    # Two containers and neither is v1's xgboost: which one trains is not known.
+    pair = [xgboost_container("a"), xgboost_container("b")]
+    two = {"xgbReplicaSpecs": {"Master": {"template": {"spec": {"containers": pair}}}}}
+    code, out, err = migrate([v1job("XGBoostJob", "two", two)], capsys, monkeypatch)
+    assert code == 1 and "containers: no container named 'xgboost'" in err
 
 
 # --- JAXJob ---

@@ -18,9 +18,9 @@ def v1job(kind: str, name: str, spec: dict[str, Any], api: str = "kubeflow.org/v
     return {"apiVersion": api, "kind": kind, "metadata": {"name": name, "namespace": "ml"}, "spec": spec}
 
 
-def xgboost_container() -> dict[str, Any]:
+def xgboost_container(name: str = "xgboost") -> dict[str, Any]:
     return {
-        "name": "xgboost",
+        "name": name,
         "image": "registry.example/xgboost-dist-iris:1.1",
         "ports": [{"name": "xgboostjob-port", "containerPort": 9991}],
         "args": ["--job_type=Train", "--n_estimators=10", "--model_path=/tmp/xgboost-model"],
@@ -147,17 +147,19 @@ def horovod() -> dict[str, Any]:
     return v1job("MPIJob", "tensorflow-mnist", spec)
 
 
-def xgboost_iris(name: str = "xgboost-dist-iris", worker_restart: str = "ExitCode") -> dict[str, Any]:
+def xgboost_iris(
+    name: str = "xgboost-dist-iris", worker_restart: str = "ExitCode", container: str = "xgboostjob"
+) -> dict[str, Any]:
     """training-operator examples/xgboost/xgboost-dist/xgboostjob_v1_iris_train.yaml: a Master
-    (Never) and 2 Workers (ExitCode), port 9991 by name (the example names its container
-    xgboostjob, which v1 itself could not serve; ours is v1's xgboost)."""
+    (Never) and 2 Workers (ExitCode), port 9991 by name, and the container named xgboostjob as
+    the example names it (not v1's xgboost)."""
     return v1job(
         "XGBoostJob",
         name,
         {
             "xgbReplicaSpecs": {
-                "Master": replica(1, "Never", xgboost_container()),
-                "Worker": replica(2, worker_restart, xgboost_container()),
+                "Master": replica(1, "Never", xgboost_container(container)),
+                "Worker": replica(2, worker_restart, xgboost_container(container)),
             }
         },
     )

@@ -98,19 +98,20 @@ def convert(job: Obj, options: Options, fw: Framework) -> Result:
     restart = _restart(specs, running, fw, notes)
 
     base = f"{fw.base}.{first}.template"
-    main = main_container(template, fw.container, base)
+    main = main_container(template, fw.container, base, notes)
+    container = str(main.get("name"))
     port = v1_port(main, fw)
-    template = without_v1_port(template, fw)
+    template = without_v1_port(template, container, fw)
     trainer: Obj = {"numNodes": nodes}
     if fw.trainer is not None:
         trainer.update(fw.trainer(spec, notes))
     context = Context(name, source.namespace, counts, nodes, port, spec, trainer)
     env = with_v1_env(
-        user_env(main, fw.reserved_env, f"{base}.spec.containers[{fw.container}]", notes), fw.env(context)
+        user_env(main, fw.reserved_env, f"{base}.spec.containers[{container}]", notes), fw.env(context)
     )
     lifecycle = run_policy(spec, [template], nodes, notes)
 
-    piece = split(template, fw.container, base, env)
+    piece = split(template, container, base, env)
     fits = (
         fw.runtime is not None
         and not piece.blockers
@@ -127,7 +128,7 @@ def convert(job: Obj, options: Options, fw: Framework) -> Result:
     else:
         node = replicated_job(
             c.NODE,
-            pod_template(template, fw.container, env, restart.pod, lifecycle.priority_class),
+            pod_template(template, container, env, restart.pod, lifecycle.priority_class),
             backoff_limit=lifecycle.backoff_limit,
             pod_failure_policy=restart.pod_failure_policy,
             trainer=True,
@@ -221,11 +222,11 @@ def v1_port(main: Obj, fw: Framework) -> int:
     return fw.default_port
 
 
-def without_v1_port(template: Obj, fw: Framework) -> Obj:
+def without_v1_port(template: Obj, name: str, fw: Framework) -> Obj:
     """The template without v1's own named port (v1 declared it itself when a template had none)."""
     out = copy.deepcopy(template)
     for container in out["spec"].get("containers") or []:
-        if isinstance(container, dict) and container.get("name") == fw.container and container.get("ports"):
+        if isinstance(container, dict) and container.get("name") == name and container.get("ports"):
             kept = [
                 p for p in container["ports"] if not (isinstance(p, dict) and p.get("name") == fw.port_name)
             ]

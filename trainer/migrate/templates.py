@@ -42,10 +42,21 @@ class Split:
     blockers: list[str] = field(default_factory=list)
 
 
-def main_container(template: Obj, container: str, base: str) -> Obj:
-    for candidate in (template.get("spec") or {}).get("containers") or []:
-        if isinstance(candidate, dict) and candidate.get("name") == container:
+def main_container(template: Obj, container: str, base: str, notes: Notes | None = None) -> Obj:
+    """v1's training container, by v1's name for it. A pod of one container named otherwise (as
+    some upstream examples have it) is taken as the training container, with a Warning: v1 looked
+    its port and env up by the name."""
+    containers = [x for x in (template.get("spec") or {}).get("containers") or [] if isinstance(x, dict)]
+    for candidate in containers:
+        if candidate.get("name") == container:
             return candidate
+    if notes is not None and len(containers) == 1:
+        notes.warn(
+            f"{base}.spec.containers[{containers[0].get('name')}]",
+            f"is not named {container!r}, the name v1 looked its training container up by; it is "
+            "taken as the training container",
+        )
+        return containers[0]
     raise Refusal(f"{base}.spec.containers", f"no container named {container!r} (v1's training container)")
 
 

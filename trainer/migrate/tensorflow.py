@@ -79,10 +79,11 @@ def convert(job: Obj, options: Options) -> Result:
     trainer_role = "Worker" if counts.get("Worker") else roles[0]
     jobs = {rtype: c.NODE if rtype == trainer_role else rtype.lower() for rtype in roles}
     templates = {rtype: pod_of(specs[rtype], f"{BASE}.{rtype}") for rtype in roles}
-    ports = {
-        rtype: v1_port(main_container(templates[rtype], CONTAINER, f"{BASE}.{rtype}.template"), TF)
+    mains = {
+        rtype: main_container(templates[rtype], CONTAINER, f"{BASE}.{rtype}.template", notes)
         for rtype in roles
     }
+    ports = {rtype: v1_port(mains[rtype], TF) for rtype in roles}
     cluster = {
         rtype.lower(): [
             f"{name}-{jobs[rtype]}-0-{i}.{name}.{namespace}.svc:{ports[rtype]}" for i in range(counts[rtype])
@@ -96,9 +97,10 @@ def convert(job: Obj, options: Options) -> Result:
     rjobs: list[Obj] = []
     for rtype in roles:
         base = f"{BASE}.{rtype}"
-        template = without_v1_port(templates[rtype], TF)
-        main = main_container(template, CONTAINER, f"{base}.template")
-        env = user_env(main, (), f"{base}.template.spec.containers[{CONTAINER}]", notes)
+        main = mains[rtype]
+        container = str(main.get("name"))
+        template = without_v1_port(templates[rtype], container, TF)
+        env = user_env(main, (), f"{base}.template.spec.containers[{container}]", notes)
         if total > 1:  # v1 wrote no TF_CONFIG for a job of one pod
             env = with_v1_env(env, _tf_config(cluster, rtype.lower()))
         restart = restart_policy(
@@ -106,7 +108,7 @@ def convert(job: Obj, options: Options) -> Result:
         )
         rjob = replicated_job(
             jobs[rtype],
-            pod_template(template, CONTAINER, env, restart.pod, lifecycle.priority_class),
+            pod_template(template, container, env, restart.pod, lifecycle.priority_class),
             backoff_limit=lifecycle.backoff_limit,
             pod_failure_policy=restart.pod_failure_policy,
             trainer=rtype == trainer_role,
