@@ -439,3 +439,45 @@ def test_what_v2_removed_is_refused_unless_lossy(
         and "(--lossy: dropped)" in err
     )
     render(out, capsys, monkeypatch)
+
+
+BAD_VALUES = [None, "x", 7, -1, True, [], {}, [1], {"a": 1}, 1.5]
+
+
+def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> Any:
+    yield prefix
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _paths(value, (*prefix, key))
+    elif isinstance(obj, list):
+        for i, value in enumerate(obj):
+            yield from _paths(value, (*prefix, i))
+
+
+@pytest.mark.parametrize(
+    "kind", ["PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "TFJob", "MPIJob", "MPIJob v1"]
+)
+def test_a_wrong_type_anywhere_is_a_refusal_naming_it_never_a_crash(kind: str) -> None:
+    """Every field of an example set to each value of the wrong type: converted, or refused with
+    the field named; never an internal error (exit 3)."""
+    from trainer.migrate.cmd import convert
+    from trainer.migrate.common import Options
+    from trainer.migrate.errors import Refusal
+
+    examples = {job["kind"]: job for job in every_kind("ml")}
+    job = horovod() if kind == "MPIJob v1" else examples[kind]
+    refused = 0
+    for path in list(_paths(job))[1:]:
+        for value in BAD_VALUES:
+            broken = json.loads(json.dumps(job))
+            target = broken
+            for key in path[:-1]:
+                target = target[key]
+            target[path[-1]] = value
+            for options in (Options(), Options(lossy=True, fix_names=True)):
+                try:
+                    convert(broken, options)
+                except Refusal as exc:
+                    refused += 1
+                    assert exc.field and exc.reason
+    assert refused  # the wrong types were seen, not all converted

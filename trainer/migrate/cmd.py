@@ -15,7 +15,8 @@ from collections.abc import Callable
 from trainer.api.objects import Obj
 from trainer.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from trainer.migrate import jax, mpi, paddle, pytorch, tensorflow, xgboost
-from trainer.migrate.common import V1_GROUP, V1_KINDS, Options, Refusal, Result
+from trainer.migrate.common import V1_GROUP, V1_KINDS, Options, Result
+from trainer.migrate.errors import Refusal
 
 Converter = Callable[[Obj, Options], Result]
 # Each kind by API version: kubeflow.org/v1 is the Training Operator's, MPIJob v2beta1 the MPI

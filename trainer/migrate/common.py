@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer.api.objects import Obj
+from trainer.migrate import shapes
+from trainer.migrate.errors import Refusal
 
 V1_GROUP = "kubeflow.org"
 # The Training Operator v1 kinds; only those in CONVERTERS (cmd.py) are converted in this version.
@@ -17,15 +19,6 @@ TRAINJOB_API = "trainer.kubeflow.org/v1alpha1"
 # The manager of the runtime patch that carries a v1 pod template's extra fields.
 PATCH_MANAGER = "trainer.kubeflow.org/migrate"
 RFC1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-
-
-class Refusal(Exception):
-    """The job cannot be converted faithfully: ``field`` is the v1 field, ``reason`` why."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 @dataclass
@@ -75,12 +68,14 @@ class Source:
 
 
 def read_job(job: Obj, options: Options) -> Source:
+    shapes.check_job(job)
     notes = Notes(options)
     metadata = job.get("metadata") or {}
     name = check_name(metadata, notes)
     spec = job.get("spec")
     if not isinstance(spec, dict):
         raise Refusal("spec", "not an object")
+    shapes.check_run_policy(spec)
     return Source(notes, metadata, name, spec)
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.api.quantity import gpu_count
-from trainer.migrate.common import Notes, Options, Refusal, Result, finish, read_job
+from trainer.migrate.common import Notes, Options, Result, finish, read_job
+from trainer.migrate.errors import Refusal
 from trainer.migrate.policy import restart_policy, run_policy
 from trainer.migrate.single import pod_of, replicas
 from trainer.migrate.templates import (
@@ -106,6 +107,8 @@ def _convert(job: Obj, options: Options, version: Version) -> Result:
     if version.ssh:
         as_node = bool(spec.get("runLauncherAsWorker"))
         ssh_path = spec.get("sshAuthMountPath") or DEFAULT_SSH_PATH
+        if not isinstance(ssh_path, str) or not ssh_path.startswith("/"):
+            raise Refusal("spec.sshAuthMountPath", f"{ssh_path!r} is not an absolute path")
     else:
         # v1 put the Launcher in the hostfile when it had a GPU; there was no mount path to set.
         as_node = gpu_count(launcher_main.get("resources")) > 0

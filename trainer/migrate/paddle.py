@@ -9,7 +9,8 @@ Master runs parameter servers, which v2 does not have: it is refused.
 from __future__ import annotations
 
 from trainer.api.objects import Obj
-from trainer.migrate.common import Notes, Options, Refusal, Result
+from trainer.migrate.common import Notes, Options, Result
+from trainer.migrate.errors import Refusal
 from trainer.migrate.single import Context, Framework
 from trainer.migrate.single import convert as convert_single
 

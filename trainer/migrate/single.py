@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.migrate.common import Notes, Options, Refusal, Result, finish, read_job
+from trainer.migrate import shapes
+from trainer.migrate.common import Notes, Options, Result, finish, read_job
+from trainer.migrate.errors import Refusal
 from trainer.migrate.policy import Restart, restart_policy, run_policy
 from trainer.migrate.templates import (
     BUNDLED_RESTART,
@@ -205,6 +207,7 @@ def replicas(rspec: Obj, path: str) -> int:
 
 
 def pod_of(rspec: Obj, path: str) -> Obj:
+    shapes.check_replica(rspec, path)
     template = rspec.get("template")
     if not isinstance(template, dict) or not isinstance(template.get("spec"), dict):
         raise Refusal(f"{path}.template", "no pod template")

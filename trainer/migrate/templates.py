@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.migrate.common import PATCH_MANAGER, TRAINJOB_API, Notes, Refusal
+from trainer.migrate.common import PATCH_MANAGER, TRAINJOB_API, Notes
+from trainer.migrate.errors import Refusal
 
 # Container fields the TrainJob's trainer carries, and those a runtime patch carries.
 TRAINER_FIELDS = ("image", "command", "args", "env", "resources")

@@ -13,7 +13,8 @@ import json
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.migrate.common import Options, Refusal, Result, finish, read_job
+from trainer.migrate.common import Options, Result, finish, read_job
+from trainer.migrate.errors import Refusal
 from trainer.migrate.policy import restart_policy, run_policy
 from trainer.migrate.single import Framework, pod_of, replica_specs, replicas, v1_port, without_v1_port
 from trainer.migrate.templates import (

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.migrate.common import Notes, Options, Refusal, Result
+from trainer.migrate.common import Notes, Options, Result
+from trainer.migrate.errors import Refusal
 from trainer.migrate.single import Context, Framework
 from trainer.migrate.single import convert as convert_single
 
