@@ -33,8 +33,10 @@ class EmbeddedOperator:
         namespaces: Collection[str] = (),
         *,
         webhooks: bool = False,
+        liveness_endpoint: str | None = None,
     ) -> None:
         config = config or Configuration()
+        self.liveness_endpoint = liveness_endpoint
         if webhooks:
             # No certDir: the operator makes a self-signed certificate for 127.0.0.1 itself.
             config = config.model_copy(
@@ -114,7 +116,10 @@ class EmbeddedOperator:
             waiter = asyncio.create_task(watch_ready())
             try:
                 await self.operator.run(
-                    clusterwide=not self.operator.namespaces, stop_flag=self._stop, ready_flag=ready
+                    clusterwide=not self.operator.namespaces,
+                    liveness_endpoint=self.liveness_endpoint,
+                    stop_flag=self._stop,
+                    ready_flag=ready,
                 )
             finally:
                 waiter.cancel()

@@ -40,6 +40,7 @@ from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_
 from trainer.controller.metrics import Metrics
 from trainer.controller.reconciler import Reconciler, WorkQueue, utc_now
 from trainer.controller.resources import CRDS, JOBSETS, WATCHED, Resource, Role
+from trainer.controller.status_server import NotServing
 from trainer.controller.status_server import Server as StatusServerApp
 from trainer.runtime import framework as fw
 
@@ -492,6 +493,21 @@ class Operator:
                 return await self.credentials.for_kopf()
             except (StartupError, CredentialsError) as exc:
                 raise kopf.TemporaryError(str(exc), delay=LOGIN_RETRY_SECONDS) from None
+
+        if c.FEATURE_TRAINJOB_STATUS in self.framework.enabled:
+
+            @on.probe(registry=registry, id="status-server")
+            async def _status_server_probe(**_: object) -> str:
+                # Upstream's status-server-healthz/-readyz (docs/upstream-behaviour.md §trainjob-status):
+                # passes while start-up is under way, then while the port takes a TLS connection.
+                running = self.running
+                if running is None or running.status_server is None:
+                    return "starting"
+                try:
+                    await running.status_server.check()
+                except NotServing as exc:
+                    raise kopf.PermanentError(str(exc)) from None
+                return "ok"
 
         if self.config.webhook.enabled:
             # Coroutines: kopf would run a plain function in a thread pool, reading the cache

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import datetime
 import hashlib
 import json
@@ -193,6 +194,10 @@ class RateLimits:
         return max(1, int((1.0 - tokens) / self.qps + 0.999))
 
 
+class NotServing(Exception):
+    """The status server takes no TLS connection: its health check fails."""
+
+
 class Server:
     """The HTTP side: ordering, limits, decoding and errors. Authentication and the write are given."""
 
@@ -235,6 +240,28 @@ class Server:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+
+    async def check(self, timeout: float = 2.0) -> None:
+        """Upstream's status-server health check: a TLS connection to the port opens. Raises
+        :class:`NotServing` when it does not (the server stopped, its port or certificate broke)."""
+        if self._runner is None:
+            raise NotServing(f"the status server on port {self.port} is stopped")
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        context = None
+        if self.ssl_context is not None:
+            # Any certificate will do: the check is that the handshake completes, not whom it names.
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, self.port, ssl=context), timeout)
+        except (OSError, TimeoutError, ssl.SSLError) as exc:
+            raise NotServing(
+                f"the status server on port {self.port} takes no TLS connection: {exc}"
+            ) from None
+        writer.close()
+        with contextlib.suppress(OSError, ssl.SSLError):
+            await writer.wait_closed()
 
     async def handle(self, request: web.Request) -> web.Response:
         try:
