@@ -457,9 +457,9 @@ def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> Any:
 @pytest.mark.parametrize(
     "kind", ["PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob", "TFJob", "MPIJob", "MPIJob v1"]
 )
-def test_a_wrong_type_anywhere_is_a_refusal_naming_it_never_a_crash(kind: str) -> None:
+def test_a_wrong_type_anywhere_is_converted_or_refused_never_a_crash(kind: str) -> None:
     """Every field of an example set to each value of the wrong type: converted, or refused with
-    the field named; never an internal error (exit 3)."""
+    a field and a reason; never an internal error (exit 3)."""
     from trainer.migrate.cmd import convert
     from trainer.migrate.common import Options
     from trainer.migrate.errors import Refusal

@@ -155,39 +155,30 @@ class SelfManagedCertificate:
             "type": "Opaque",
             "data": _encode(data),
         }
-        if await self.inject(body):  # trusted before any replica can serve it
-            await asyncio.sleep(CA_SETTLE_SECONDS)
-        try:
-            created = await self.client.request("POST", f"/api/v1/namespaces/{self.namespace}/secrets", body)
-        except ApiError as exc:
-            if exc.code != 409:
-                raise
-            return await self._lost_race()
-        logger.info(
-            "webhook certificate: created Secret %s/%s", self.namespace, self.settings.webhook_secret_name
-        )
-        self.rotations += 1
-        return created
+        return await self._write("POST", f"/api/v1/namespaces/{self.namespace}/secrets", body, "created")
 
     async def _renew(self, secret: Obj) -> Obj:
         data = self._renewed(secret)
         if data is None:
             return secret
-        # The new CA (the earlier ones with it) is trusted before the Secret names it.
-        if await self.inject({"data": _encode(data)}):
+        return await self._write("PUT", self.secret_path, {**secret, "data": _encode(data)}, "renewed in")
+
+    async def _write(self, method: str, path: str, body: Obj, done: str) -> Obj:
+        """Write the Secret ``body``; its CA (the earlier ones with it) is trusted first, before any
+        replica can serve a certificate it signed. A 409: another replica wrote first."""
+        if await self.inject(body):
             await asyncio.sleep(CA_SETTLE_SECONDS)
-        body = {**secret, "data": _encode(data)}
         try:
-            updated = await self.client.request("PUT", self.secret_path, body)
+            written = await self.client.request(method, path, body)
         except ApiError as exc:
             if exc.code != 409:
                 raise
             return await self._lost_race()
         logger.info(
-            "webhook certificate: renewed in Secret %s/%s", self.namespace, self.settings.webhook_secret_name
+            "webhook certificate: %s Secret %s/%s", done, self.namespace, self.settings.webhook_secret_name
         )
         self.rotations += 1
-        return updated
+        return written
 
     async def _lost_race(self) -> Obj:
         """Another replica wrote the Secret first: serve what it wrote, and trust it (this replica

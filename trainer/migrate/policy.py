@@ -40,12 +40,7 @@ class Lifecycle:
 def run_policy(spec: Obj, templates: list[Obj], pods: int, notes: Notes) -> Lifecycle:
     """``spec.runPolicy`` (and the older top-level fields some kinds still accept)."""
     out = Lifecycle()
-    policy: Any = spec.get("runPolicy")
-    if policy is None:
-        policy = {}
-    if not isinstance(policy, dict):
-        notes.warn(RUN_POLICY, "not an object: ignored")
-        return out
+    policy: Obj = spec.get("runPolicy") or {}  # its types are checked before (shapes.py)
     for key in ("activeDeadlineSeconds", "ttlSecondsAfterFinished"):
         value = policy.get(key)
         if value is not None:
