@@ -114,6 +114,17 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
         pass
 
 
+def _accepts(port: int) -> bool:
+    """Whether something listens on the loopback port: a kubelet's ``tcpSocket`` readiness check."""
+    import socket
+
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
 def proc_status(pid: int, field_name: str) -> int:
     """A field of /proc/<pid>/status in kB (VmRSS, VmHWM); 0 where there is no /proc."""
     try:
@@ -181,12 +192,20 @@ class OperatorProcess:
             + "".join(f"{key}: {json.dumps(value)}\n" for key, value in (config or {}).items())
         )
         self.namespaces = tuple(namespaces)
+        webhook = (config or {}).get("webhook") or {}
+        self.webhook_port: int | None = webhook.get("port") if webhook.get("enabled") else None
         self.log_path = workdir / "operator.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
     def start(self, timeout: float = 60) -> OperatorProcess:
-        """Start the child and wait until it watches TrainJobs (its start-up LISTs are done then)."""
+        """Start the child and wait until it watches TrainJobs (its start-up LISTs are done then)
+        and, with webhooks on, until the webhook port takes connections.
+
+        kopf opens the webhook port only after start-up and its API discovery, a few milliseconds
+        to tens of them after the TrainJob watch. In a cluster, the chart's readiness probe (a TCP
+        connect to that port) keeps calls away from the pod until then; this wait is that probe.
+        """
         mark = self.server.audit_mark()
         log = self.log_path.open("ab")
         log.write(f"--- start {self.starts + 1} ---\n".encode())
@@ -208,6 +227,12 @@ class OperatorProcess:
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the operator did not start:\n{self.log_tail()}")
             time.sleep(0.05)
+        while self.webhook_port is not None and not _accepts(self.webhook_port):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"the operator's webhook port {self.webhook_port} never opened:\n{self.log_tail()}"
+                )
+            time.sleep(0.01)
         return self
 
     def _watching_since(self, mark: int) -> bool:
