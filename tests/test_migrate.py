@@ -177,7 +177,11 @@ def test_what_a_patch_cannot_carry_gets_a_runtime_of_its_own(capsys: Any, monkey
             initContainers=[{"name": "fetch", "image": "busybox", "command": ["true"]}],
             containers=[
                 container(imagePullPolicy="Always"),
-                {"name": "sidecar", "image": "registry.example/log-shipper:1"},
+                {
+                    "name": "sidecar",
+                    "image": "registry.example/log-shipper:1",
+                    "env": [{"name": "SHIP_TO", "value": "logs"}, {"name": "RANK", "value": "99"}],
+                },
             ],
         )
     code, out, err = migrate([job], capsys, monkeypatch)
@@ -202,10 +206,51 @@ def test_what_a_patch_cannot_carry_gets_a_runtime_of_its_own(capsys: Any, monkey
     assert sidecar["image"] == "registry.example/log-shipper:1"
     env = env_of(main_container)
     assert env["PET_NNODES"] == "3" and env["MASTER_ADDR"] == "mnist-node-0-0.mnist" and env["LR"] == "0.01"
+    # v1 appended its env to every container, sidecars too (its value of a name won): the sidecar
+    # sees what the training container sees of it, PET_* through the runtime's envInjection.
+    sidecar_env = env_of(sidecar)
+    assert sidecar_env["SHIP_TO"] == "logs" and "LR" not in sidecar_env
+    for name in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PYTHONUNBUFFERED", "PET_NNODES"):
+        assert sidecar_env[name] == env[name], name
+    assert sidecar_env["RANK"] == {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
+    assert [e["name"] for e in sidecar["env"]].count("RANK") == 1
+    assert not pod["initContainers"][0].get("env")  # v1 set none on init containers
+    assert runtime["spec"]["mlPolicy"]["torch"] == {
+        "envInjection": {"targets": [{"jobName": "node", "containerNames": ["sidecar"]}]}
+    }
 
     job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
     code, _, err = migrate([job], capsys, monkeypatch)
     assert code == 1 and "spec.pytorchReplicaSpecs.Master.replicas" in err
+
+
+def test_a_sidecar_named_node_is_refused_and_only_eight_get_pet_env(capsys: Any, monkeypatch: Any) -> None:
+    """v2 renames the training container ``node``: a sidecar of that name would be a second one.
+    envInjection names at most 8 containers: the ninth sidecar gets v1's env, not PET_* (Warning)."""
+    job = pytorchjob()
+    for rtype in ("Master", "Worker"):
+        job["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"].append(
+            {"name": "node", "image": "registry.example/log-shipper:1"}
+        )
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert (code, out) == (1, [])
+    assert "spec.pytorchReplicaSpecs.Master.template.spec.containers[node]: v2 renames" in err
+
+    job = pytorchjob()
+    for rtype in ("Master", "Worker"):
+        job["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"] += [
+            {"name": f"side-{i}", "image": "registry.example/log-shipper:1"} for i in range(9)
+        ]
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    assert "PET_* go to at most 8 containers beside the training one (envInjection); not to side-8" in err
+    runtime, _ = out
+    [target] = runtime["spec"]["mlPolicy"]["torch"]["envInjection"]["targets"]
+    assert target["containerNames"] == [f"side-{i}" for i in range(8)]
+    [node] = jobset_of(out, capsys, monkeypatch)["spec"]["replicatedJobs"]
+    containers = {x["name"]: env_of(x) for x in node["template"]["spec"]["template"]["spec"]["containers"]}
+    assert "PET_NNODES" in containers["side-7"] and "PET_NNODES" not in containers["side-8"]
+    assert containers["side-8"]["RANK"] == {"fieldRef": {"fieldPath": COMPLETION_INDEX}}
 
 
 def test_exit_code_restart_policy_is_a_pod_failure_policy(capsys: Any, monkeypatch: Any) -> None:

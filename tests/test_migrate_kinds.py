@@ -15,6 +15,7 @@ from migrate_helpers import COMPLETION_INDEX, env_of, jobset_of, migrate, pods, 
 from v1_examples import (
     every_kind,
     horovod,
+    paddle_container,
     paddle_replica,
     pi,
     replica,
@@ -128,6 +129,64 @@ def test_paddle_parameter_servers_are_refused(capsys: Any, monkeypatch: Any) -> 
     code, out, err = migrate([v1job("PaddleJob", "ps", spec)], capsys, monkeypatch, "--lossy")
     assert (code, out) == (1, [])
     assert "spec.paddleReplicaSpecs.Master: a PaddleJob with a Master runs in parameter-server mode" in err
+
+
+# --- sidecars ---
+
+SIDECAR = {
+    "name": "metrics",
+    "image": "registry.example/exporter:1",
+    "env": [{"name": "PORT", "value": "9100"}],
+}
+JAX = {"name": "jax", "image": "registry.example/jaxgoogle:1", "command": ["python3", "train.py"]}
+
+
+@pytest.mark.parametrize(
+    ("kind", "specs", "replicas", "v1_env"),
+    [
+        (
+            "XGBoostJob",
+            "xgbReplicaSpecs",
+            {"Master": 1, "Worker": 2},
+            ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "WORKER_ADDRS", "PYTHONUNBUFFERED"),
+        ),
+        ("JAXJob", "jaxReplicaSpecs", {"Worker": 2}, ("COORDINATOR_ADDRESS", "NUM_PROCESSES", "PROCESS_ID")),
+        (
+            "PaddleJob",
+            "paddleReplicaSpecs",
+            {"Worker": 2},
+            ("PADDLE_MASTER", "PADDLE_NNODES", "POD_IP_DUMMY"),
+        ),
+    ],
+)
+def test_a_sidecar_sees_the_env_v1_set_on_every_container(
+    kind: str, specs: str, replicas: dict[str, int], v1_env: tuple[str, ...], capsys: Any, monkeypatch: Any
+) -> None:
+    """v1's XGBoost, JAX and Paddle controllers appended their env to every container of a pod;
+    a sidecar of the migrated pod sees the same names and values as the training container."""
+    main = {"XGBoostJob": xgboost_container(), "JAXJob": JAX, "PaddleJob": paddle_container()}[kind]
+    spec = {specs: {rtype: replica(n, "OnFailure", main, SIDECAR) for rtype, n in replicas.items()}}
+    code, out, err = migrate([v1job(kind, "side", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    [(_, pod)] = pods(jobset_of(out, capsys, monkeypatch)).values()
+    node, sidecar = pod["spec"]["containers"]
+    assert (node["name"], sidecar["name"]) == ("node", "metrics")
+    node_env, sidecar_env = env_of(node), env_of(sidecar)
+    for name in v1_env:
+        assert sidecar_env[name] == node_env[name], name
+    assert sidecar_env["PORT"] == "9100"
+    assert not any(name.startswith(("DMLC_", "JAX_")) for name in sidecar_env)  # v2's own: node only
+
+
+def test_a_tfjob_sidecar_gets_no_tf_config(capsys: Any, monkeypatch: Any) -> None:
+    """v1's TFJob controller set TF_CONFIG on the container named tensorflow alone."""
+    spec = {"tfReplicaSpecs": {"Worker": replica(2, "OnFailure", tensorflow(), SIDECAR)}}
+    code, out, err = migrate([v1job("TFJob", "side", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    [(_, pod)] = pods(jobset_of(out, capsys, monkeypatch)).values()
+    node, sidecar = pod["spec"]["containers"]
+    assert "TF_CONFIG" in env_of(node)
+    assert env_of(sidecar) == {"PORT": "9100"}
 
 
 # --- TFJob ---

@@ -37,8 +37,21 @@ def examples() -> dict[str, dict[str, Any]]:
             }
         },
     )
+    torch = {"name": "pytorch", "image": "registry.example/mnist:1", "command": ["python3", "mnist.py"]}
+    sidecar = {"name": "metrics", "image": "registry.example/exporter:1"}
+    torch_sidecar = v1job(
+        "PyTorchJob",
+        "torch-sidecar",
+        {
+            "pytorchReplicaSpecs": {
+                rtype: replica(n, "OnFailure", copy.deepcopy(torch), copy.deepcopy(sidecar))
+                for rtype, n in (("Master", 1), ("Worker", 2))
+            }
+        },
+    )
     return {
         **jobs,
+        "torch-sidecar": torch_sidecar,  # a runtime of its own, v1's env on the sidecar too
         "xgb": xgb,
         "tf-chief": tf,
         "tensorflow-mnist": horovod(),
@@ -54,6 +67,7 @@ def renamed(job: dict[str, Any], name: str) -> dict[str, Any]:
 # Per example: the pods of each replicated job v1 ran (role -> count).
 EXPECTED = {
     "torch": {"node": 2},
+    "torch-sidecar": {"node": 3},
     "xgb": {"node": 3},
     "jax": {"node": 2},
     "paddle": {"node": 2},
@@ -82,12 +96,14 @@ def test_migrated_job_runs_the_pods_v1_ran(
     job = copy.deepcopy(examples()[example])
     job["metadata"]["namespace"] = cluster.namespace
     specs = next(v for k, v in job["spec"].items() if k.endswith("ReplicaSpecs"))
-    v1_containers = {}
+    v1_containers, v1_images = {}, set()  # each replica type's training container (the first)
     for rtype, rspec in specs.items():
-        for container in rspec["template"]["spec"]["containers"]:
+        for i, container in enumerate(rspec["template"]["spec"]["containers"]):
             container.setdefault("env", []).append(RUN_FAST)
             container.pop("resources", None)  # kwok's nodes have no GPUs
-            v1_containers[rtype] = copy.deepcopy(container)
+            v1_images.add(container["image"])
+            if i == 0:
+                v1_containers[rtype] = copy.deepcopy(container)
     for obj in migrated(job, capsys, monkeypatch):
         cluster.create(obj)
     name = job["metadata"]["name"]
@@ -106,7 +122,7 @@ def test_migrated_job_runs_the_pods_v1_ran(
         roles.setdefault(pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"], []).append(pod)
     assert {role: len(each) for role, each in roles.items()} == EXPECTED[example]
     images = {c["image"] for p in pods for c in p["spec"]["containers"]}
-    assert images == {c["image"] for c in v1_containers.values()}
+    assert images == v1_images
     for role, each in roles.items():
         for pod in each:
             node = next(c for c in pod["spec"]["containers"] if c["name"] == "node")
@@ -122,11 +138,18 @@ def test_migrated_job_runs_the_pods_v1_ran(
                 command = v1.get("command")
                 assert env & V1_ENV[job["kind"]], (job["kind"], sorted(env))
             assert (node.get("command"), node.get("args")) == (command, v1.get("args"))
+            if job["kind"] in ON_EVERY_CONTAINER:
+                for other in pod["spec"]["containers"]:
+                    names = {e["name"] for e in other.get("env") or []}
+                    assert names & V1_ENV[job["kind"]], (other["name"], sorted(names))
 
+
+# The kinds whose v1 controller set its env on every container of a pod, not the training one alone.
+ON_EVERY_CONTAINER = {"PyTorchJob", "XGBoostJob", "JAXJob", "PaddleJob"}
 
 # A name of what v1's controller set for each kind, which every migrated pod's node container has.
 V1_ENV = {
-    "PyTorchJob": {"PYTHONUNBUFFERED"},
+    "PyTorchJob": {"PYTHONUNBUFFERED", "PET_NODE_RANK"},
     "XGBoostJob": {"MASTER_ADDR", "WORKER_ADDRS"},
     "JAXJob": {"COORDINATOR_ADDRESS"},
     "PaddleJob": {"PADDLE_MASTER"},

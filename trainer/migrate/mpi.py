@@ -131,6 +131,7 @@ def _convert(job: Obj, options: Options, version: Version) -> Result:
         launcher_env,
         launcher_restart.pod,
         lifecycle.priority_class,
+        base=f"{BASE}.Launcher.template",
     )
     worker_pod = pod_template(
         _with_main_first(worker_template, worker_main),
@@ -138,6 +139,7 @@ def _convert(job: Obj, options: Options, version: Version) -> Result:
         worker_env,
         worker_restart.pod,
         lifecycle.priority_class,
+        base=f"{BASE}.Worker.template",
     )
     worker_node = worker_pod["spec"]["containers"][0]
     if not worker_node.get("command") and not worker_node.get("args"):

@@ -31,6 +31,8 @@ from trainer.migrate.templates import (
     with_v1_env,
 )
 
+MAX_ENV_INJECTION = 8  # containerNames of an envInjection target (docs/migration.md §pytorchjob)
+
 
 @dataclass
 class Context:
@@ -108,9 +110,8 @@ def convert(job: Obj, options: Options, fw: Framework) -> Result:
     if fw.trainer is not None:
         trainer.update(fw.trainer(spec, notes))
     context = Context(name, source.namespace, counts, nodes, port, spec, trainer)
-    env = with_v1_env(
-        user_env(main, fw.reserved_env, f"{base}.spec.containers[{container}]", notes), fw.env(context)
-    )
+    v1_env = fw.env(context)
+    env = with_v1_env(user_env(main, fw.reserved_env, f"{base}.spec.containers[{container}]", notes), v1_env)
     lifecycle = run_policy(spec, [template], nodes, notes)
 
     piece = split(template, container, base, env)
@@ -128,9 +129,18 @@ def convert(job: Obj, options: Options, fw: Framework) -> Result:
         if patches:
             out_spec["runtimePatches"] = patches
     else:
+        # v1 set its env on every container of the pod, sidecars too; the torch plugin sets its
+        # PET_* on the ones envInjection names (docs/migration.md §pytorchjob).
+        others = [
+            str(x.get("name"))
+            for x in (template.get("spec") or {}).get("containers") or []
+            if isinstance(x, dict) and x.get("name") != container
+        ]
         node = replicated_job(
             c.NODE,
-            pod_template(template, container, env, restart.pod, lifecycle.priority_class),
+            pod_template(
+                template, container, env, restart.pod, lifecycle.priority_class, base=base, others_env=v1_env
+            ),
             backoff_limit=lifecycle.backoff_limit,
             pod_failure_policy=restart.pod_failure_policy,
             trainer=True,
@@ -138,6 +148,17 @@ def convert(job: Obj, options: Options, fw: Framework) -> Result:
         ml_policy: Obj = {"numNodes": nodes}
         if fw.policy is not None:
             ml_policy[fw.policy] = {}
+        if fw.policy == "torch" and others:
+            if len(others) > MAX_ENV_INJECTION:
+                notes.warn(
+                    f"{base}.spec.containers",
+                    f"the torch plugin's PET_* go to at most {MAX_ENV_INJECTION} containers beside the "
+                    f"training one (envInjection); not to {', '.join(others[MAX_ENV_INJECTION:])}",
+                )
+            injected = others[:MAX_ENV_INJECTION]
+            ml_policy["torch"] = {
+                "envInjection": {"targets": [{"jobName": c.NODE, "containerNames": injected}]}
+            }
         objects.append(
             training_runtime(
                 {**metadata, "name": name},

@@ -145,9 +145,13 @@ def pod_template(
     env: list[Obj] | None,
     restart: str,
     priority_class: str | None = None,
+    *,
+    base: str,
+    others_env: list[Obj] | None = None,
 ) -> Obj:
     """The v1 template whole, for a generated runtime: the training container renamed ``node``
-    with ``env`` as its env, and the restart policy a Job can have."""
+    with ``env`` as its env, and the restart policy a Job can have. ``others_env`` is v1's env for
+    every other container, for the kinds whose v1 controller set it on all of them."""
     out = copy.deepcopy(template)
     meta = {
         k: v for k, v in (out.pop("metadata", None) or {}).items() if k in ("labels", "annotations") and v
@@ -155,6 +159,14 @@ def pod_template(
     if meta:
         out = {"metadata": meta, **out}
     spec = out["spec"]
+    if container is not None and container != c.NODE:
+        for each in spec.get("containers") or []:
+            if isinstance(each, dict) and each.get("name") == c.NODE:
+                raise Refusal(
+                    f"{base}.spec.containers[{c.NODE}]",
+                    f"v2 renames the training container {container!r} to {c.NODE!r}, the name its "
+                    "plugins set env and mounts on; another container of that name cannot stay beside it",
+                )
     for each in spec.get("containers") or []:
         if container is not None and isinstance(each, dict) and each.get("name") == container:
             each["name"] = c.NODE
@@ -162,6 +174,8 @@ def pod_template(
                 each["env"] = env
             else:
                 each.pop("env", None)
+        elif others_env and isinstance(each, dict):
+            each["env"] = with_v1_env(list(each.get("env") or []), copy.deepcopy(others_env))
     spec["restartPolicy"] = restart
     if priority_class and not spec.get("priorityClassName"):
         spec["priorityClassName"] = priority_class

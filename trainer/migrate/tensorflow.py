@@ -109,7 +109,9 @@ def convert(job: Obj, options: Options) -> Result:
         )
         rjob = replicated_job(
             jobs[rtype],
-            pod_template(template, container, env, restart.pod, lifecycle.priority_class),
+            pod_template(
+                template, container, env, restart.pod, lifecycle.priority_class, base=f"{base}.template"
+            ),
             backoff_limit=lifecycle.backoff_limit,
             pod_failure_policy=restart.pod_failure_policy,
             trainer=rtype == trainer_role,
