@@ -43,6 +43,7 @@ import helm_python as helm
 import yaml
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.errors import APIError
+from trainer_sandbox.apiserver.server import free_port
 from trainer_sandbox.backends import Cluster, RealCluster
 
 from trainer.controller import rbac_audit
@@ -108,13 +109,6 @@ def merge(base: Obj, override: Obj) -> Obj:
             merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
         )
     return out
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def port_values() -> Obj:

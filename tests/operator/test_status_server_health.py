@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -14,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from trainer_sandbox.apiserver.server import free_port
 from trainer_sandbox.backends import Cluster
 
 from trainer.controller import certs
@@ -23,13 +23,6 @@ from trainer.controller.status_server import NotServing, Server
 
 # kopf answers a probe from results it keeps for 10 s.
 PROBE_CACHE_SECONDS = 10
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def health(url: str) -> tuple[int, Any]:

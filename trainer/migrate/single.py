@@ -80,14 +80,8 @@ def convert(job: Obj, options: Options, fw: Framework) -> Result:
         fw.check(spec, notes)
     specs = replica_specs(spec, fw)
     counts = {rtype: replicas(rspec, f"{fw.base}.{rtype}") for rtype, rspec in specs.items()}
-    for rtype in fw.single:
-        if counts.get(rtype, 0) > 1:
-            raise Refusal(
-                f"{fw.base}.{rtype}.replicas", f"{counts[rtype]}: a {fw.kind} has at most one {rtype}"
-            )
+    check_counts(counts, fw)
     nodes = sum(counts.values())
-    if nodes < 1:
-        raise Refusal(fw.base, "no replicas: the job runs no pod")
     running = [rtype for rtype in fw.order if counts.get(rtype)]
     first = running[0]
     template = pod_of(specs[first], f"{fw.base}.{first}")
@@ -218,6 +212,17 @@ def replica_specs(spec: Obj, fw: Framework) -> dict[str, Obj]:
             raise Refusal(f"{fw.base}.{rtype}", "not an object")
         out[rtype] = rspec
     return out
+
+
+def check_counts(counts: dict[str, int], fw: Framework) -> None:
+    """At most one of each ``single`` type, and at least one pod."""
+    for rtype in fw.single:
+        if counts.get(rtype, 0) > 1:
+            raise Refusal(
+                f"{fw.base}.{rtype}.replicas", f"{counts[rtype]}: a {fw.kind} has at most one {rtype}"
+            )
+    if sum(counts.values()) < 1:
+        raise Refusal(fw.base, "no replicas: the job runs no pod")
 
 
 def replicas(rspec: Obj, path: str) -> int:

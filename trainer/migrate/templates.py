@@ -159,22 +159,23 @@ def pod_template(
     if meta:
         out = {"metadata": meta, **out}
     spec = out["spec"]
-    if container is not None and container != c.NODE:
-        for each in spec.get("containers") or []:
-            if isinstance(each, dict) and each.get("name") == c.NODE:
-                raise Refusal(
-                    f"{base}.spec.containers[{c.NODE}]",
-                    f"v2 renames the training container {container!r} to {c.NODE!r}, the name its "
-                    "plugins set env and mounts on; another container of that name cannot stay beside it",
-                )
     for each in spec.get("containers") or []:
-        if container is not None and isinstance(each, dict) and each.get("name") == container:
+        if not isinstance(each, dict):
+            continue
+        if container is not None and each.get("name") == container:
             each["name"] = c.NODE
             if env:
                 each["env"] = env
             else:
                 each.pop("env", None)
-        elif others_env and isinstance(each, dict):
+            continue
+        if container is not None and each.get("name") == c.NODE:
+            raise Refusal(
+                f"{base}.spec.containers[{c.NODE}]",
+                f"v2 renames the training container {container!r} to {c.NODE!r}, the name its "
+                "plugins set env and mounts on; another container of that name cannot stay beside it",
+            )
+        if others_env:
             each["env"] = with_v1_env(list(each.get("env") or []), copy.deepcopy(others_env))
     spec["restartPolicy"] = restart
     if priority_class and not spec.get("priorityClassName"):

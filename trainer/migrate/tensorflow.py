@@ -16,7 +16,15 @@ from trainer.api.objects import Obj
 from trainer.migrate.common import Options, Result, finish, read_job
 from trainer.migrate.errors import Refusal
 from trainer.migrate.policy import restart_policy, run_policy
-from trainer.migrate.single import Framework, pod_of, replica_specs, replicas, v1_port, without_v1_port
+from trainer.migrate.single import (
+    Framework,
+    check_counts,
+    pod_of,
+    replica_specs,
+    replicas,
+    v1_port,
+    without_v1_port,
+)
 from trainer.migrate.templates import (
     main_container,
     own_runtime_ref,
@@ -70,12 +78,8 @@ def convert(job: Obj, options: Options) -> Result:
             "parameter servers (ParameterServerStrategy) have no place in Trainer v2; a TFJob of a "
             "Chief and Workers (MultiWorkerMirroredStrategy) converts",
         )
-    for rtype in TF.single:
-        if counts.get(rtype, 0) > 1:
-            raise Refusal(f"{BASE}.{rtype}.replicas", f"{counts[rtype]}: a TFJob has at most one {rtype}")
+    check_counts(counts, TF)
     roles = [rtype for rtype in TYPES if counts.get(rtype)]
-    if not roles:
-        raise Refusal(BASE, "no replicas: the job runs no pod")
     total = sum(counts.values())
     trainer_role = "Worker" if counts.get("Worker") else roles[0]
     jobs = {rtype: c.NODE if rtype == trainer_role else rtype.lower() for rtype in roles}
