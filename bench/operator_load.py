@@ -133,10 +133,9 @@ class Standin:
     name = "stand-in"
 
     def __init__(self, tmp: Path, pods: int) -> None:
-        from trainer_sandbox.apiserver import LocalAPIServer
-        from trainer_sandbox.sandbox import prepare
+        from trainer_sandbox.sandbox import local_apiserver, prepare
 
-        self.server = LocalAPIServer().start()
+        self.server = local_apiserver().start()
         prepare(self.server)
         self.server.add_user(SUBMITTER)
         self.api = self.server

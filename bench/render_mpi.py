@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/render_mpi.py [--nodes 10000] [--runs 200] [--name NAME]
 
-Times :func:`trainer.runtime.render.reconcile` alone: the TrainJob is admitted once beforehand,
+Times :func:`trainer.runtime.render.render` alone: the TrainJob is admitted once beforehand,
 and every run starts from the same facts (the runtime only), so each run builds everything a
 first reconcile builds: the JobSet, the SSH key Secret, the hostfile ConfigMap, the PodGroup and
 the runtime snapshot (the SSH key derived from a seed, as ``trainer render`` does; the operator's
@@ -23,10 +23,10 @@ from typing import Any
 
 from trainer.admission.admit import admit
 from trainer.apimachinery.errors import AdmissionError
-from trainer.offline import render_seed, trainjob_uid
+from trainer.offline.cluster import render_seed, trainjob_uid
 from trainer.runtime import framework as fw
 from trainer.runtime.info import Facts
-from trainer.runtime.render import reconcile
+from trainer.runtime.render import render
 
 Obj = dict[str, Any]
 TARGET_MS = 50.0
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         run_facts = _facts()
         obj = copy.deepcopy(admitted)
         start = time.perf_counter()
-        outcome = reconcile(obj, run_facts, framework, NOW, seed=seed)
+        outcome = render(obj, run_facts, framework, NOW, seed=seed)
         elapsed = time.perf_counter() - start
         assert outcome.error is None, outcome.error
         return elapsed
@@ -133,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     median = statistics.median(times_ms)
     p99 = times_ms[min(len(times_ms) - 1, round(0.99 * (len(times_ms) - 1)))]
 
-    outcome = reconcile(copy.deepcopy(admitted), _facts(), framework, NOW, seed=seed)
+    outcome = render(copy.deepcopy(admitted), _facts(), framework, NOW, seed=seed)
     hostfile = next(o for o in outcome.objects if o["metadata"]["name"].endswith("-mpi-hostfile"))["data"][
         "hostfile"
     ]

@@ -5,7 +5,7 @@
 For torch (the bundled ``torch-distributed`` runtime), MPI (OpenMPI launcher + nodes, the
 runtime of ``render_mpi.py`` without its PodGroup policy) and MPI with coscheduling
 (``render_mpi.py``'s runtime as it is), at each node count: the TrainJob is admitted once, then
-:func:`trainer.runtime.render.reconcile` runs repeatedly from the facts a first reconcile sees
+:func:`trainer.runtime.render.render` runs repeatedly from the facts a first reconcile sees
 (the runtime, no children), so each run builds every child. Latency is per reconcile (p50, p99);
 throughput is reconciles per second on one core. Target: a 10,000-node MPI TrainJob with
 coscheduling renders in at most 50 ms (judged on p99, stricter than the median
@@ -28,10 +28,10 @@ from benchlib import ROOT, Report, Target, machine, percentile
 from render_mpi import runtime as mpi_cosched_runtime
 
 from trainer.admission.admit import admit
-from trainer.offline import render_seed, trainjob_uid
+from trainer.offline.cluster import render_seed, trainjob_uid
 from trainer.runtime import framework as fw
 from trainer.runtime.info import Facts
-from trainer.runtime.render import reconcile
+from trainer.runtime.render import render
 
 Obj = dict[str, Any]
 TARGET_MS = 50.0
@@ -81,7 +81,7 @@ def measure(framework: fw.Framework, runtime: Obj, nodes: int, budget: float) ->
     def once() -> tuple[float, int]:
         run_facts, obj = facts(), copy.deepcopy(admitted)  # outside the clock: not render's work
         start = time.perf_counter()
-        outcome = reconcile(obj, run_facts, framework, NOW, seed=seed)
+        outcome = render(obj, run_facts, framework, NOW, seed=seed)
         elapsed = time.perf_counter() - start
         assert outcome.error is None, outcome.error
         return elapsed, len(outcome.objects)
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(n) for n in args.nodes.split(",")]
 
     print(machine())
-    print("in-process reconcile() of a TrainJob's first reconcile (every child built); one core")
+    print("in-process render() of a TrainJob's first reconcile (every child built); one core")
     print("upstream: no published render figures (nothing to compare beside these)")
     print()
     print(

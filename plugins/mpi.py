@@ -392,7 +392,7 @@ def generate_ssh_key(seed: bytes | None) -> tuple[bytes, bytes]:
 
     Randomness: the operator renders with ``seed`` None, and the key comes from the operating
     system's CSPRNG, as upstream's does. ``trainer render`` sets a seed derived from the TrainJob's
-    uid (see :func:`trainer.offline.render_seed`) so that ``--show-secrets`` prints the same bytes
+    uid (see :func:`trainer.offline.cluster.render_seed`) so that ``--show-secrets`` prints the same bytes
     for the same input; such a key is predictable from the manifest and must never guard a real
     cluster. The seed is stretched with SHAKE-256 under a label of its own, so other plugins can
     derive independent material from the same seed.

@@ -116,10 +116,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealClus
 def cluster(backend: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     """A control plane with the CRDs, the default runtimes and the public ConfigMap installed."""
     if backend == "standin":
-        from trainer_sandbox.apiserver import LocalAPIServer
-        from trainer_sandbox.sandbox import prepare
+        from trainer_sandbox.sandbox import local_apiserver, prepare
 
-        server = LocalAPIServer().start()
+        server = local_apiserver().start()
         try:
             prepare(server)
             yield server

@@ -6,7 +6,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from trainer.offline import OfflineCluster
+from trainer.offline.cluster import OfflineCluster
 from trainer.runtime import framework
 
 Obj = dict[str, Any]

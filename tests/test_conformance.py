@@ -13,7 +13,7 @@ from reference_data import needs_reference, params, reference_dir
 from render_helpers import ROOT, render, trainjob
 
 from trainer.api.runtime import ClusterTrainingRuntime, MLPolicy, TrainingRuntimeSpec
-from trainer.offline import OfflineCluster
+from trainer.offline.cluster import OfflineCluster
 from trainer.runtime import framework
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate")

@@ -155,3 +155,39 @@ def test_every_hookspec_is_documented_and_called() -> None:
     for name in specs:
         assert inspect.getdoc(getattr(hookspecs, name)), f"{name} has no docstring"
         assert f"hook.{name}(" in core, f"{name} is never called by the core"
+
+
+class Misspelt:
+    """A plugin under development whose hook name has a typo: it would never run."""
+
+    name = "Misspelt"
+
+    def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
+        return False
+
+    @hookimpl
+    def trainer_enforce_mlpolicy(self, info: Info) -> None:
+        raise AssertionError("never called")
+
+
+def test_plugins_handed_to_load_get_the_checks_installed_plugins_get() -> None:
+    with pytest.raises(fw.PluginConfigError, match="'trainer_enforce_mlpolicy', which is not a hook"):
+        fw.load(extra=[Misspelt()])
+
+    class Pushy(Recorder):
+        name = "Pushy"
+
+        @hookimpl(tryfirst=True)
+        def trainer_build(self, info: Info) -> list[dict[str, Any]] | None:
+            return None
+
+    with pytest.raises(fw.PluginConfigError, match="marked tryfirst"):
+        fw.load(extra=[Pushy()])
+
+
+def test_a_framework_refuses_an_implementation_of_no_hook() -> None:
+    """The last line of defence, for a Framework built from plugin objects directly: pluggy's
+    check_pending, as pytest runs it, names the plugin and the hook that does not exist."""
+    with pytest.raises(fw.PluginConfigError, match=r"'Misspelt'.*trainer_enforce_mlpolicy"):
+        fw.Framework([Misspelt()])
+    assert fw.Framework([Recorder()]).enabled == ["Recorder"]

@@ -20,7 +20,7 @@ import yaml
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from trainer.offline import OfflineCluster
+from trainer.offline.cluster import OfflineCluster
 from trainer.runtime import framework as fw
 
 Obj = dict[str, Any]

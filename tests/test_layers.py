@@ -4,11 +4,16 @@ Every import counts, at module level, inside functions and under ``TYPE_CHECKING
 import put inside a function to dodge a cycle is still an arrow between the two modules. The
 graph is read from the source with ``ast``, so plugins (installed as ``trainer.plugins`` from
 ``plugins/``) and the sandbox package are covered as they are laid out in this repository.
+
+The layers are the operator's; the ban on cycles holds for every Python module of the repository:
+the operator, the sandbox, and the tests, benchmarks and tools, which import each other by file
+name (``render_helpers``, ``backend_plugin``, ``benchlib``) as they do when they run.
 """
 
 from __future__ import annotations
 
 import ast
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,13 +26,12 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, ...]] = [
     ("trainer.cli",),
     ("trainer.migrate",),
-    ("trainer.render_cmd", "trainer.controller"),
-    ("trainer.offline",),
+    ("trainer.offline", "trainer.controller"),
     ("trainer.admission",),
     ("trainer.plugins",),
     ("trainer.plugin",),
     ("trainer.runtime",),
-    ("trainer.apimachinery", "trainer.manifests", "trainer.exit_codes"),
+    ("trainer.apimachinery", "trainer.exit_codes"),
     ("trainer.api",),
 ]
 
@@ -37,6 +41,16 @@ PLUGIN_API = "trainer.plugin"
 
 SOURCES = {"trainer": ROOT / "trainer", "trainer.plugins": ROOT / "plugins"}
 SANDBOX = ROOT / "sandbox" / "trainer_sandbox"
+# The operator's package-data packages (pyproject's package-dir): in no layer, but modules all the same.
+DATA_PACKAGES = {
+    "trainer.runtimes": ROOT / "runtimes",
+    "trainer.crds": ROOT / "crds",
+    "trainer.examples": ROOT / "examples",
+}
+# Directories whose modules are imported by their file name alone: pytest's default "prepend" import
+# mode puts the directory of each test file and conftest.py on sys.path (no directory under tests/
+# is a package), the chart tests add charts/tools, and the bench scripts run as `python bench/x.py`.
+SCRIPT_DIRS = ("tests", "bench", "charts/tools", "scripts")
 
 
 def _modules(package: str, directory: Path) -> Iterator[tuple[str, Path]]:
@@ -47,11 +61,26 @@ def _modules(package: str, directory: Path) -> Iterator[tuple[str, Path]]:
         yield ".".join(parts), path
 
 
-def _graph() -> dict[str, set[str]]:
+def _package_modules() -> dict[str, Path]:
     modules: dict[str, Path] = {}
     for package, directory in SOURCES.items():
         modules.update(_modules(package, directory))
     modules.update(_modules("trainer_sandbox", SANDBOX))
+    return modules
+
+
+def _script_modules() -> dict[str, Path]:
+    """The modules of SCRIPT_DIRS by the names they are imported as. A name two files share (the
+    conftest.py files, which nothing imports) cannot be imported by it: those go by their path."""
+    paths = [path for top in SCRIPT_DIRS for path in sorted((ROOT / top).rglob("*.py"))]
+    stems = Counter(path.stem for path in paths)
+    return {
+        path.stem if stems[path.stem] == 1 else path.relative_to(ROOT).with_suffix("").as_posix(): path
+        for path in paths
+    }
+
+
+def _graph(modules: dict[str, Path]) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
@@ -65,6 +94,14 @@ def _graph() -> dict[str, set[str]]:
                     anchor = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
                     base = ".".join([*anchor, *([node.module] if node.module else [])])
                 targets = [base, *(f"{base}.{alias.name}" for alias in node.names)]
+            elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "pytest_plugins" for t in node.targets
+            ):
+                # pytest imports the plugins a conftest.py names.
+                elements = node.value.elts if isinstance(node.value, ast.List | ast.Tuple) else []
+                targets = [
+                    e.value for e in elements if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                ]
             for target in targets:
                 while target and target not in modules:
                     target = target.rpartition(".")[0]
@@ -73,7 +110,15 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
-GRAPH = _graph()
+GRAPH = _graph(_package_modules())
+# Every Python module of the repository.
+REPOSITORY = _graph(
+    {
+        **_package_modules(),
+        **{m: p for package, directory in DATA_PACKAGES.items() for m, p in _modules(package, directory)},
+        **_script_modules(),
+    }
+)
 
 
 def _layer(module: str) -> tuple[int, str] | None:
@@ -167,24 +212,52 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def _without_packages_presenting_submodules(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """A package's __init__ importing its own submodules is how a package presents its names;
+    a submodule importing its package's __init__ back is the cycle that counts."""
+    packages = {module.rpartition(".")[0] for module in graph}
+    return {
+        module: {t for t in targets if not (module in packages and t.rpartition(".")[0] == module)}
+        for module, targets in graph.items()
+    }
+
+
 def test_no_import_cycles() -> None:
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]], "the cycle finder finds one"
-    # A package's __init__ importing its own submodules is how a package presents its names;
-    # a submodule importing its package's __init__ back is the cycle that counts.
-    # The operator's distribution; the sandbox's server and simulator name each other in type
-    # annotations only, and ship separately.
-    graph = {
-        module: {t for t in targets if not (module == t.rpartition(".")[0] and _is_package(module))}
-        for module, targets in GRAPH.items()
-        if module.startswith("trainer.") or module == "trainer"
-    }
+    presenting = {"p": {"p.a"}, "p.a": {"q"}, "q": {"p", "p.a"}}
+    assert _cycles(_without_packages_presenting_submodules(presenting)) == [["p.a", "q"]], (
+        "a package presenting its submodules hides no other cycle"
+    )
+    scanned = {"trainer.cli", "trainer.plugins.torch", "trainer_sandbox.apiserver.server", "trainer.crds"}
+    scanned |= {"backend_plugin", "render_helpers", "operator_helpers", "benchlib", "derive_rbac"}
+    assert scanned <= REPOSITORY.keys(), scanned - REPOSITORY.keys()
+    assert "backend_plugin" in REPOSITORY["tests/conftest"], "test helpers are imported by file name"
+    graph = _without_packages_presenting_submodules(REPOSITORY)
     assert not _cycles(graph), _cycles(graph)
-
-
-def _is_package(module: str) -> bool:
-    return any(module == m.rpartition(".")[0] for m in GRAPH)
 
 
 @pytest.mark.parametrize("module", sorted(m for m in GRAPH if m.startswith("trainer.plugins.")))
 def test_each_plugin_module_is_scanned(module: str) -> None:
     assert PLUGIN_API in GRAPH[module] or module == "trainer.plugins", f"{module} does not use the plugin API"
+
+
+# Modules of trainer/ allowed past MAX_LINES: CEL's parser and evaluator, whose docstrings say why.
+MAX_LINES = 800
+LONG_ALLOWED = {"trainer/apimachinery/cel.py", "trainer/apimachinery/cel_parser.py"}
+
+
+def test_no_product_module_is_a_god_module() -> None:
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text().splitlines())
+        for directory in SOURCES.values()
+        for path in directory.rglob("*.py")
+    }
+    assert len(sizes) > 50, "the product's modules were read"
+    too_long = {
+        path: lines for path, lines in sizes.items() if lines > MAX_LINES and path not in LONG_ALLOWED
+    }
+    assert not too_long, f"split these by concern (docs/architecture.md): {too_long}"
+    for allowed in LONG_ALLOWED:
+        assert "tests/test_layers.py" in (ROOT / allowed).read_text(), (
+            f"{allowed}'s docstring says why it is long"
+        )

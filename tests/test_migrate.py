@@ -321,10 +321,10 @@ PYTORCHJOB_CRD = v1_crd("PyTorchJob")
 def test_from_cluster_reads_only(capsys: Any, monkeypatch: Any, tmp_path: Path) -> None:
     """Only the kinds the cluster serves are read (the others are skipped), MPIJob as v1 where
     that is the version served, by LIST requests alone; a cluster with none of them says so."""
-    from trainer_sandbox.apiserver import LocalAPIServer
+    from trainer_sandbox.sandbox import local_apiserver
     from v1_examples import horovod
 
-    server = LocalAPIServer().start()
+    server = local_apiserver().start()
     try:
         kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig", user="migrator")
         monkeypatch.setenv("KUBECONFIG", str(kubeconfig))

@@ -49,7 +49,7 @@ def test_wheel_layout(wheel: Path) -> None:
     assert "trainer/api/embedded_schemas.json" in names
     stand_in = sorted(n for n in names if n.startswith(("trainer_sandbox/", "trainer/testing/", "sandbox/")))
     assert not stand_in, f"the operator's wheel carries the stand-in: {stand_in[:5]}"
-    assert "trainer/plugin.py" in names and "trainer/apimachinery/structural.py" in names
+    assert "trainer/plugin.py" in names and "trainer/apimachinery/schema_validation.py" in names
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "trainer = trainer.cli:main" in text

@@ -12,7 +12,7 @@ from reference_data import needs_reference, reference_dir
 from render_helpers import only, render, replicated_job, rjob, runtime, trainjob
 
 from trainer.runtime import framework as fw
-from trainer.runtime.render import reconcile
+from trainer.runtime import render as core
 
 Obj = dict[str, Any]
 NOW = "1970-01-01T00:00:00Z"
@@ -169,11 +169,11 @@ def test_pod_group_is_frozen_while_the_trainjob_runs() -> None:
     framework = fw.default()
     cluster, tj = admitted(gang_runtime(), trainjob("gang"))
     assert cluster.facts.get("PodGroup", "default", "gang") is not None
-    running = reconcile(copy.deepcopy(tj), cluster.facts, framework, NOW)
+    running = core.render(copy.deepcopy(tj), cluster.facts, framework, NOW)
     assert "PodGroup" not in [o["kind"] for o in running.objects]
     suspended = copy.deepcopy(tj)
     suspended["spec"]["suspend"] = True
-    assert "PodGroup" in [o["kind"] for o in reconcile(suspended, cluster.facts, framework, NOW).objects]
+    assert "PodGroup" in [o["kind"] for o in core.render(suspended, cluster.facts, framework, NOW).objects]
 
 
 def test_a_volcano_pod_group_of_the_same_name_does_not_freeze_it() -> None:
@@ -189,7 +189,7 @@ def test_a_volcano_pod_group_of_the_same_name_does_not_freeze_it() -> None:
             "spec": {},
         }
     )
-    outcome = reconcile(copy.deepcopy(tj), cluster.facts, framework, NOW)
+    outcome = core.render(copy.deepcopy(tj), cluster.facts, framework, NOW)
     (group,) = [o for o in outcome.objects if o["kind"] == "PodGroup"]
     assert group["apiVersion"] == "scheduling.x-k8s.io/v1alpha1"
 

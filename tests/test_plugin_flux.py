@@ -13,7 +13,7 @@ import pytest
 from render_helpers import container, env, only, render, replicated_job, rjob, runtime, trainjob
 from trainer.plugins import flux
 
-from trainer.offline import OfflineCluster, trainjob_uid
+from trainer.offline.cluster import OfflineCluster, trainjob_uid
 
 Obj = dict[str, Any]
 

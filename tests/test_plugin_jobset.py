@@ -8,8 +8,8 @@ from typing import Any
 from render_helpers import ANCESTOR, container, env, only, render, replicated_job, rjob, runtime, trainjob
 
 from trainer.runtime import framework
+from trainer.runtime import render as core
 from trainer.runtime.info import Facts
-from trainer.runtime.render import reconcile
 
 TORCH = {"numNodes": 1, "torch": {}}
 
@@ -310,7 +310,7 @@ def test_status_from_jobset_conditions_and_jobs() -> None:
     facts = _facts_with(
         jobset, *[o for o in cluster.output() if o["kind"] == "ConfigMap"], runtime(ml_policy=TORCH)
     )
-    outcome = reconcile(tj, facts, framework.default(), "2026-01-02T00:00:00Z")
+    outcome = core.render(tj, facts, framework.default(), "2026-01-02T00:00:00Z")
     assert outcome.status == {
         # docs/decisions.md §ttl: started when first rendered; completed when its JobSet did.
         "startTime": "1970-01-01T00:00:00Z",
@@ -331,14 +331,14 @@ def test_status_from_jobset_conditions_and_jobs() -> None:
     # Finished: nothing is built again, even with the JobSet gone (docs/decisions.md §4).
     tj["status"] = outcome.status
     facts.remove("JobSet", "default", "job")
-    again = reconcile(tj, facts, framework.default(), "2026-01-03T00:00:00Z")
+    again = core.render(tj, facts, framework.default(), "2026-01-03T00:00:00Z")
     assert again.objects == [] and again.status == outcome.status
 
 
 def test_missing_runtime_is_retryable_status_and_recovers() -> None:
     tj = trainjob()
     tj["metadata"]["uid"] = "u1"
-    outcome = reconcile(tj, Facts(), framework.default(), "2026-01-01T00:00:00Z")
+    outcome = core.render(tj, Facts(), framework.default(), "2026-01-01T00:00:00Z")
     assert outcome.objects == []
     (cond,) = outcome.status["conditions"]
     assert (cond["type"], cond["status"], cond["reason"]) == (
@@ -348,7 +348,7 @@ def test_missing_runtime_is_retryable_status_and_recovers() -> None:
     )
     assert outcome.events[0].reason == "TrainJobResourcesCreationFailed"
     tj["status"] = outcome.status
-    recovered = reconcile(
+    recovered = core.render(
         tj, _facts_with(runtime(ml_policy=TORCH)), framework.default(), "2026-01-01T00:01:00Z"
     )
     # ReconcileFailed is gone, and it runs from the reconcile that built it (docs/decisions.md §ttl).
@@ -358,7 +358,7 @@ def test_missing_runtime_is_retryable_status_and_recovers() -> None:
 
 def test_unsupported_runtime_kind_fails_for_good() -> None:
     tj = trainjob(kind="Foo")
-    outcome = reconcile(tj, Facts(), framework.default(), "2026-01-01T00:00:00Z")
+    outcome = core.render(tj, Facts(), framework.default(), "2026-01-01T00:00:00Z")
     (cond,) = outcome.status["conditions"]
     assert (cond["type"], cond["reason"], cond["message"]) == (
         "Failed",
@@ -377,9 +377,9 @@ def test_deadline_fails_and_deletes_the_jobset() -> None:
     cluster = render(runtime(ml_policy=TORCH), trainjob(activeDeadlineSeconds=60))
     tj = only(cluster, "TrainJob")
     facts = _facts_with(*[o for o in cluster.output() if o["kind"] != "TrainJob"], runtime(ml_policy=TORCH))
-    early = reconcile(tj, facts, framework.default(), "1970-01-01T00:00:30Z")
+    early = core.render(tj, facts, framework.default(), "1970-01-01T00:00:30Z")
     assert early.requeue_after == 30 and not early.delete
-    late = reconcile(tj, facts, framework.default(), "1970-01-01T00:01:01Z")
+    late = core.render(tj, facts, framework.default(), "1970-01-01T00:01:01Z")
     assert late.delete == [("JobSet", "default", "job")]
     failed = next(c for c in late.status["conditions"] if c["type"] == "Failed")
     assert (failed["reason"], failed["message"]) == (
@@ -565,6 +565,6 @@ def test_a_finished_trainjob_keeps_no_reconcile_failure() -> None:
     stale = {"type": "ReconcileFailed", "status": "True", "reason": "ResourcesRefused", "message": "x"}
     failed = {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "y"}
     tj["status"] = {"conditions": [{**stale, "lastTransitionTime": "1970-01-01T00:00:00Z"}, failed]}
-    outcome = reconcile(tj, Facts(), framework.default(), "1970-01-01T00:00:09Z")
+    outcome = core.render(tj, Facts(), framework.default(), "1970-01-01T00:00:09Z")
     assert [c["type"] for c in outcome.status["conditions"]] == ["Failed"]
     assert outcome.objects == []

@@ -18,10 +18,10 @@ import pytest
 from render_helpers import ROOT, container, env, only, render, replicated_job, rjob, runtime, trainjob
 from trainer.plugins import mpi
 
-from trainer.offline import OfflineCluster
+from trainer.offline.cluster import OfflineCluster
 from trainer.runtime import framework as fw
+from trainer.runtime import render as core
 from trainer.runtime.info import Facts
-from trainer.runtime.render import reconcile
 
 Obj = dict[str, Any]
 NOW = "1970-01-01T00:00:00Z"
@@ -393,13 +393,13 @@ def test_operator_reconcile_uses_fresh_keys_and_never_rekeys() -> None:
     kept = cluster.facts.get("Secret", "default", "alpha-mpi-ssh-auth")
     assert kept is not None
     cluster.facts.remove("Secret", "default", "alpha-mpi-ssh-auth")
-    first = reconcile(copy.deepcopy(tj), cluster.facts, framework, NOW)
-    second = reconcile(copy.deepcopy(tj), cluster.facts, framework, NOW)
+    first = core.render(copy.deepcopy(tj), cluster.facts, framework, NOW)
+    second = core.render(copy.deepcopy(tj), cluster.facts, framework, NOW)
     cluster.facts.put(kept)
     secrets = [next(o for o in out.objects if o["kind"] == "Secret") for out in (first, second)]
     assert secrets[0]["data"] != secrets[1]["data"], "no seed: the operator's keys come from os randomness"
     # With the Secret present the reconcile leaves it alone but still writes the hostfile.
-    again = reconcile(copy.deepcopy(tj), cluster.facts, framework, NOW)
+    again = core.render(copy.deepcopy(tj), cluster.facts, framework, NOW)
     assert "Secret" not in [o["kind"] for o in again.objects]
     assert any(o["metadata"]["name"] == "alpha-mpi-hostfile" for o in again.objects)
 
@@ -424,7 +424,7 @@ def test_hostfile_is_rewritten_while_the_jobset_is_frozen() -> None:
     framework = fw.default()
     cluster, tj = admitted_cluster(mpi_runtime(), trainer_job(numNodes=2))
     assert cluster.facts.get("JobSet", "default", "alpha") is not None
-    outcome = reconcile(copy.deepcopy(tj), cluster.facts, framework, NOW)
+    outcome = core.render(copy.deepcopy(tj), cluster.facts, framework, NOW)
     kinds = sorted((o["kind"], o["metadata"]["name"]) for o in outcome.objects)
     assert kinds == [("ConfigMap", "alpha-mpi-hostfile")], "running JobSet and Secret are not rewritten"
 
@@ -454,7 +454,7 @@ def test_secret_material_never_reaches_errors_or_events() -> None:
 
 
 def cluster_seed(name: str) -> bytes:
-    from trainer.offline import render_seed, trainjob_uid
+    from trainer.offline.cluster import render_seed, trainjob_uid
 
     return render_seed(trainjob_uid("default", name))
 
@@ -621,7 +621,7 @@ def test_an_oversized_hostfile_that_got_past_admission_fails_the_reconcile() -> 
     (tj,) = cluster.trainjobs.values()
     tj = copy.deepcopy(tj)
     tj["spec"]["trainer"]["numNodes"] = 50_000
-    outcome = reconcile(tj, cluster.facts, fw.default(), NOW)
+    outcome = core.render(tj, cluster.facts, fw.default(), NOW)
     assert outcome.objects == []
     assert outcome.error is not None and "MPI hostfile ConfigMap would be" in outcome.error
     assert "1048576-byte limit" in outcome.error and "spec.trainer.numNodes" in outcome.error

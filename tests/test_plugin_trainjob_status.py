@@ -8,7 +8,7 @@ from typing import Any
 
 from render_helpers import only, render, replicated_job, rjob, runtime, trainjob
 
-from trainer.offline import OfflineCluster
+from trainer.offline.cluster import OfflineCluster
 from trainer.runtime import framework as fw
 from trainer.runtime.info import StatusServer
 

@@ -11,9 +11,9 @@ import yaml
 from reference_data import needs_reference, reference_dir
 from render_helpers import only, render, replicated_job, rjob, runtime, trainjob
 
-from trainer.offline import OfflineCluster
+from trainer.offline.cluster import OfflineCluster
 from trainer.runtime import framework as fw
-from trainer.runtime.render import reconcile
+from trainer.runtime import render as core
 
 Obj = dict[str, Any]
 NOW = "1970-01-01T00:00:00Z"
@@ -169,11 +169,11 @@ def test_pod_group_is_frozen_while_the_trainjob_runs() -> None:
     cluster = rendered(volcano_runtime(), trainjob("vc"))
     (tj,) = cluster.trainjobs.values()
     assert "PodGroup" not in [
-        o["kind"] for o in reconcile(copy.deepcopy(tj), cluster.facts, framework, NOW).objects
+        o["kind"] for o in core.render(copy.deepcopy(tj), cluster.facts, framework, NOW).objects
     ]
     tj = copy.deepcopy(tj)
     tj["spec"]["suspend"] = True
-    assert "PodGroup" in [o["kind"] for o in reconcile(tj, cluster.facts, framework, NOW).objects]
+    assert "PodGroup" in [o["kind"] for o in core.render(tj, cluster.facts, framework, NOW).objects]
 
 
 def test_both_gang_schedulers_at_once() -> None:
@@ -181,7 +181,7 @@ def test_both_gang_schedulers_at_once() -> None:
     rt["spec"]["podGroupPolicy"]["coscheduling"] = {}
     cluster = rendered(copy.deepcopy(rt), trainjob("both", suspend=True))
     (tj,) = cluster.trainjobs.values()
-    outcome = reconcile(copy.deepcopy(tj), cluster.facts, fw.default(), NOW)
+    outcome = core.render(copy.deepcopy(tj), cluster.facts, fw.default(), NOW)
     groups = sorted(o["apiVersion"] for o in outcome.objects if o["kind"] == "PodGroup")
     assert groups == ["scheduling.volcano.sh/v1beta1", "scheduling.x-k8s.io/v1alpha1"]
     pod_meta = rjob(only(cluster, "JobSet"), "node")["template"]["spec"]["template"]["metadata"]

@@ -15,8 +15,8 @@ from render_helpers import only, render, replicated_job, runtime, trainjob
 from trainer.admission.admit import admit
 from trainer.apimachinery.errors import AdmissionError
 from trainer.runtime import framework
+from trainer.runtime import render as core
 from trainer.runtime.info import Facts
-from trainer.runtime.render import reconcile
 
 Obj = dict[str, Any]
 TORCH = {"numNodes": 1, "torch": {}}
@@ -50,22 +50,22 @@ def built(rt: Obj, tj: Obj) -> tuple[Obj, Facts]:
 def test_a_finished_trainjob_expires_when_its_ttl_runs_out_and_not_before() -> None:
     tj, facts = built(runtime(ml_policy=TORCH), trainjob(ttlSecondsAfterFinished=30))
     done = finished(tj)
-    early = reconcile(done, facts, framework.default(), "2026-01-01T00:10:20Z")
+    early = core.render(done, facts, framework.default(), "2026-01-01T00:10:20Z")
     assert not early.expired and early.requeue_after == 10
-    late = reconcile(done, facts, framework.default(), "2026-01-01T00:10:30Z")
+    late = core.render(done, facts, framework.default(), "2026-01-01T00:10:30Z")
     assert late.expired and late.objects == []
 
 
 def test_a_failed_trainjob_expires_too_from_its_failed_condition() -> None:
     tj, facts = built(runtime(ml_policy=TORCH), trainjob(ttlSecondsAfterFinished=0))
-    failed = reconcile(finished(tj, "Failed"), facts, framework.default(), "2026-01-01T00:10:00Z")
+    failed = core.render(finished(tj, "Failed"), facts, framework.default(), "2026-01-01T00:10:00Z")
     assert failed.expired
     assert "completionTime" not in (failed.status or {}), "a failed Job gets no completionTime"
 
 
 def test_an_unfinished_trainjob_is_never_expired_whatever_its_ttl() -> None:
     tj, facts = built(runtime(ml_policy=TORCH), trainjob(ttlSecondsAfterFinished=0))
-    later = reconcile(tj, facts, framework.default(), "2030-01-01T00:00:00Z")
+    later = core.render(tj, facts, framework.default(), "2030-01-01T00:00:00Z")
     assert not later.expired and later.requeue_after is None
     assert later.status is not None and later.status["startTime"] == T0
 
@@ -73,10 +73,10 @@ def test_an_unfinished_trainjob_is_never_expired_whatever_its_ttl() -> None:
 def test_the_runtime_run_policy_is_a_default_the_trainjob_overrides() -> None:
     rt = runtime(ml_policy=TORCH, runPolicy={"ttlSecondsAfterFinished": 3600})
     inherited, facts = built(rt, trainjob())
-    at = reconcile(finished(inherited), facts, framework.default(), "2026-01-01T00:11:00Z")
+    at = core.render(finished(inherited), facts, framework.default(), "2026-01-01T00:11:00Z")
     assert not at.expired and at.requeue_after == 3600 - 60
     own, facts = built(rt, trainjob(ttlSecondsAfterFinished=0))
-    assert reconcile(finished(own), facts, framework.default(), "2026-01-01T00:10:00Z").expired
+    assert core.render(finished(own), facts, framework.default(), "2026-01-01T00:10:00Z").expired
 
 
 def test_the_pinned_runtime_counts_not_a_later_edit_of_it() -> None:
@@ -85,7 +85,7 @@ def test_the_pinned_runtime_counts_not_a_later_edit_of_it() -> None:
     edited = copy.deepcopy(rt)
     edited["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 0
     facts.put(edited)
-    kept = reconcile(finished(tj), facts, framework.default(), "2026-01-01T00:10:30Z")
+    kept = core.render(finished(tj), facts, framework.default(), "2026-01-01T00:10:30Z")
     assert not kept.expired and kept.requeue_after == 30
 
 
@@ -93,13 +93,13 @@ def test_the_runtime_run_policy_deadline_applies() -> None:
     rt = runtime(ml_policy=TORCH, runPolicy={"activeDeadlineSeconds": 60})
     tj, facts = built(rt, trainjob())
     tj["metadata"]["creationTimestamp"] = T0
-    early = reconcile(tj, facts, framework.default(), "2026-01-01T00:00:20Z")
+    early = core.render(tj, facts, framework.default(), "2026-01-01T00:00:20Z")
     assert early.requeue_after == 40 and not early.delete
-    late = reconcile(tj, facts, framework.default(), "2026-01-01T00:01:01Z")
+    late = core.render(tj, facts, framework.default(), "2026-01-01T00:01:01Z")
     assert late.delete == [("JobSet", "default", "job")]
     own = copy.deepcopy(tj)
     own["spec"]["activeDeadlineSeconds"] = 3600
-    assert reconcile(own, facts, framework.default(), "2026-01-01T00:01:01Z").delete == []
+    assert core.render(own, facts, framework.default(), "2026-01-01T00:01:01Z").delete == []
 
 
 def test_start_time_waits_for_a_resume_and_is_reset_by_one() -> None:
@@ -108,23 +108,23 @@ def test_start_time_waits_for_a_resume_and_is_reset_by_one() -> None:
     assert "startTime" not in (tj.get("status") or {}), "a suspended TrainJob has not started"
     resumed = copy.deepcopy(tj)
     resumed["spec"]["suspend"] = False
-    first = reconcile(resumed, facts, framework.default(), "2026-01-01T00:05:00Z")
+    first = core.render(resumed, facts, framework.default(), "2026-01-01T00:05:00Z")
     assert first.status is not None and first.status["startTime"] == "2026-01-01T00:05:00Z"
     resumed["status"] = first.status
-    steady = reconcile(resumed, facts, framework.default(), "2026-01-01T00:06:00Z")
+    steady = core.render(resumed, facts, framework.default(), "2026-01-01T00:06:00Z")
     assert steady.status is not None and steady.status["startTime"] == "2026-01-01T00:05:00Z"
     # Suspended again, then resumed: the time of the resume, as batch/v1 Job resets it.
     resumed["spec"]["suspend"] = True
-    paused = reconcile(resumed, facts, framework.default(), "2026-01-01T00:07:00Z")
+    paused = core.render(resumed, facts, framework.default(), "2026-01-01T00:07:00Z")
     resumed["status"] = paused.status
     resumed["spec"]["suspend"] = False
-    again = reconcile(resumed, facts, framework.default(), "2026-01-01T00:08:00Z")
+    again = core.render(resumed, facts, framework.default(), "2026-01-01T00:08:00Z")
     assert again.status is not None and again.status["startTime"] == "2026-01-01T00:08:00Z"
 
 
 def test_completion_time_is_the_complete_conditions_time() -> None:
     tj, facts = built(runtime(ml_policy=TORCH), trainjob())
-    done = reconcile(
+    done = core.render(
         finished(tj, at="2026-01-01T00:10:00Z"), facts, framework.default(), "2026-01-02T00:00:00Z"
     )
     assert done.status is not None

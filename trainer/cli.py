@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
         if args.command == "render":
-            from trainer.render_cmd import run_render
+            from trainer.offline.command import run_render
 
             return run_render(args)
         if args.command == "migrate":

@@ -23,7 +23,7 @@ from trainer.api.runtime import (
     XGBoostPolicy,
 )
 from trainer.apimachinery.errors import FieldError, forbidden, internal, invalid, required, unsupported
-from trainer.apimachinery.structural import dns1123_subdomain
+from trainer.apimachinery.object_meta import dns1123_subdomain
 from trainer.runtime.build import effective_resources, gang_totals
 from trainer.runtime.hookspecs import hookimpl
 from trainer.runtime.info import (

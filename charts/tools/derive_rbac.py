@@ -27,8 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "chart"))
 
 import chart_harness as h  # noqa: E402
-
-from trainer.controller import rbac_audit  # noqa: E402
+from trainer_sandbox import rbac_audit  # noqa: E402
 
 TEMPLATE = h.CHART / "templates" / "rbac" / "clusterrole.yaml"
 LEASE_ROLE = h.CHART / "templates" / "rbac" / "leader-election.yaml"

@@ -48,15 +48,15 @@ def _quick(obj: Obj) -> Obj:
 def run_live(out: TextIO = sys.stdout, timeout: float = 60) -> int:
     import logging
 
-    from trainer.controller.embedded import EmbeddedOperator
-    from trainer.manifests import read_manifests
-    from trainer_sandbox.apiserver import APIError, LocalAPIServer
-    from trainer_sandbox.sandbox import prepare
+    from trainer.offline.manifests import read_manifests
+    from trainer_sandbox.apiserver import APIError
+    from trainer_sandbox.embedded_operator import EmbeddedOperator
+    from trainer_sandbox.sandbox import local_apiserver, prepare
 
     # kopf warns that it cannot install signal handlers off the main thread: expected here.
     logging.getLogger("kopf").setLevel(logging.ERROR)
     say = Reporter(out).say
-    server = LocalAPIServer().start()
+    server = local_apiserver().start()
     workdir = tempfile.TemporaryDirectory(prefix="trainer-demo-")
     try:
         say(f"local API server (a test stand-in, not a cluster) listening at {server.url}")
@@ -179,8 +179,8 @@ def _summary(obj: Obj) -> str:
 
 
 def run_offline(out: TextIO = sys.stdout) -> int:
-    from trainer.manifests import read_manifests
-    from trainer.offline import OfflineCluster
+    from trainer.offline.cluster import OfflineCluster
+    from trainer.offline.manifests import read_manifests
     from trainer.runtime import framework
 
     cluster = OfflineCluster(framework=framework.default())

@@ -1,7 +1,8 @@
 """pytest fixtures for the local API server; load with ``pytest_plugins = ["trainer_sandbox.fixtures"]``.
 
-``apiserver``: a fresh ``LocalAPIServer`` per test on a free port, stopped promptly afterwards (open
-watches included). ``kubeconfig``: the path of an admin kubeconfig for it, in the test's temp dir.
+``apiserver``: a fresh ``LocalAPIServer`` with the JobSet simulator (``local_apiserver``) per test on
+a free port, stopped promptly afterwards (open watches included). ``kubeconfig``: the path of an
+admin kubeconfig for it, in the test's temp dir.
 ``kube_client``: an official ``kubernetes`` ApiClient on that kubeconfig (the client is not a
 dependency of the operator or of this package: the tests' dev extra installs it). ``trainer_apiserver``: a
 server with the trainer, JobSet and PodGroup CRDs installed. ``sandbox_apiserver``: what
@@ -21,7 +22,9 @@ from trainer_sandbox.apiserver import LocalAPIServer
 
 @pytest.fixture
 def apiserver() -> Iterator[LocalAPIServer]:
-    server = LocalAPIServer().start()
+    from trainer_sandbox.sandbox import local_apiserver
+
+    server = local_apiserver().start()
     try:
         yield server
     finally:

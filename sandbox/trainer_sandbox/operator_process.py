@@ -1,6 +1,6 @@
 """The operator as its own process (`trainer run`), against a local API server: killable for real.
 
-The embedded operator (``trainer.controller.embedded``) shares the test's process and stops
+The embedded operator (``trainer_sandbox.embedded_operator``) shares the test's process and stops
 politely. Chaos tests and the load benchmark need what a cluster does to a pod instead: SIGKILL at
 any instant, in-flight requests cut, nothing flushed; and an RSS that is the operator's own. The
 child runs as the chart's ServiceAccount user, so the audit log tells its requests apart, and it

@@ -3,6 +3,10 @@
 It installs the trainer, JobSet and PodGroup CRDs, the default ClusterTrainingRuntimes and the
 ``kubeflow-trainer-public`` ConfigMap the Kubeflow SDK reads, writes a kubeconfig, and serves until
 interrupted. The simulated JobSet controller runs pods as documented in ``sandbox/trainer_sandbox/README.md``.
+
+``local_apiserver`` is where the server and the simulated controllers meet: the API server package
+does not know the controllers, and the controllers see only a narrow view of the server
+(``trainer_sandbox.controllers.common.APIServer``).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from typing import Any
 import yaml
 
 from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.controllers import JobSetSimulator
 
 _HERE = Path(__file__).resolve().parent
 SYSTEM_NAMESPACE = "kubeflow-system"
@@ -21,6 +26,12 @@ PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
 TRAINER_VERSION = "v2.1.0"
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def local_apiserver(**options: Any) -> LocalAPIServer:
+    """A ``LocalAPIServer`` (``options`` are its own) with the JobSet simulator: the JobSet
+    controller, the Job controller and the kubelet run with the server, from start to stop."""
+    return LocalAPIServer(controllers=JobSetSimulator, **options)
 
 
 def _load_docs(path: Path) -> list[dict[str, Any]]:

@@ -17,8 +17,7 @@ OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controll
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainer_sandbox.apiserver import LocalAPIServer
-    from trainer_sandbox.sandbox import prepare
+    from trainer_sandbox.sandbox import local_apiserver, prepare
 
     parser = argparse.ArgumentParser(
         prog="trainer sandbox",
@@ -38,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
 
-    server = LocalAPIServer(port=args.port).start()
+    server = local_apiserver(port=args.port).start()
     operator = None
     try:
         installed = prepare(server)
@@ -48,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.with_operator:
             import logging
 
-            from trainer.controller.embedded import EmbeddedOperator
+            from trainer_sandbox.embedded_operator import EmbeddedOperator
 
             logging.getLogger("kopf").setLevel(logging.ERROR)
             server.add_user(OPERATOR_USER)

@@ -19,7 +19,7 @@ import yaml
 
 from trainer.admission.admit import Mode, admit
 from trainer.apimachinery.errors import AdmissionError
-from trainer.offline import OfflineCluster
+from trainer.offline.cluster import OfflineCluster
 from trainer.runtime import framework as fw
 from trainer.runtime.info import Facts
 

@@ -43,6 +43,7 @@ from hypothesis import HealthCheck, Phase, given, seed, settings
 from hypothesis import strategies as st
 from test_fuzz import BASE_TRAINJOB, mutated
 from trainer_sandbox.backends import RealCluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 from trainer_sandbox.operator_process import OPERATOR_USER
 
 from trainer.admission.admit import Mode, admit
@@ -50,7 +51,6 @@ from trainer.api import constants as c
 from trainer.apimachinery.errors import AdmissionError
 from trainer.apimachinery.openapi import schemas
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 from trainer.runtime import framework as fw
 from trainer.runtime.info import Facts
 

@@ -46,7 +46,7 @@ from chaos_checks import (
 )
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.operator_process import OPERATOR_USER, OperatorProcess
-from trainer_sandbox.sandbox import prepare
+from trainer_sandbox.sandbox import local_apiserver, prepare
 
 Obj = dict[str, Any]
 TJ = "trainer.kubeflow.org/v1alpha1"
@@ -118,7 +118,7 @@ def chaos_form(request: pytest.FixtureRequest) -> Form:
 
 @pytest.fixture
 def chaos_server() -> Iterator[LocalAPIServer]:
-    server = LocalAPIServer(seed=7, bookmark_interval=0.5).start()
+    server = local_apiserver(seed=7, bookmark_interval=0.5).start()
     try:
         prepare(server)
         server.add_user(SUBMITTER)

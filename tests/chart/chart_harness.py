@@ -41,12 +41,12 @@ from typing import Any
 
 import helm_python as helm
 import yaml
+from trainer_sandbox import rbac_audit
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.server import free_port
 from trainer_sandbox.backends import Cluster, RealCluster
-
-from trainer.controller import rbac_audit
+from trainer_sandbox.sandbox import local_apiserver
 
 Obj = dict[str, Any]
 
@@ -502,7 +502,7 @@ def reissue_for_loopback(server: Cluster, deployment: Obj) -> str:
     data = {
         "ca.crt": b64(ca_cert.public_bytes(pem)),
         "tls.crt": b64(cert.public_bytes(pem)),
-        # The CA's key too: the operator keeps a certificate it can renew (controller/certificate.py).
+        # The CA's key too: the operator keeps a certificate it can renew (controller/certificate_secret.py).
         "ca.key": b64(
             ca_key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
         ),
@@ -949,7 +949,7 @@ def installed(
     plane's other tests rely on is put back (:func:`restore_real_plane`)."""
     values = merge(port_values(), values or {})
     own = server is None
-    cluster: Cluster = LocalAPIServer().start() if server is None else server
+    cluster: Cluster = local_apiserver().start() if server is None else server
     try:
         install_prerequisites(cluster, jobset=jobset)
         mark = cluster.audit_mark()

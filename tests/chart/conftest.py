@@ -36,9 +36,9 @@ def chart_backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="module")
 def chart_cluster(chart_backend: str, request: pytest.FixtureRequest) -> Iterator[Cluster]:
     if chart_backend == "standin":
-        from trainer_sandbox.apiserver import LocalAPIServer
+        from trainer_sandbox.sandbox import local_apiserver
 
-        server = LocalAPIServer().start()
+        server = local_apiserver().start()
         try:
             yield server
         finally:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 import sync_chart
-
-from trainer.controller import rbac_audit
+from trainer_sandbox import rbac_audit
 
 
 def test_generated_files_are_current() -> None:

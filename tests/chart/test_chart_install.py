@@ -19,11 +19,10 @@ import derive_rbac
 import helm_python as helm
 import pytest
 import yaml
+from trainer_sandbox import rbac_audit
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.backends import Cluster
-
-from trainer.controller import rbac_audit
 
 Obj = dict[str, Any]
 
@@ -276,7 +275,7 @@ def test_operator_refuses_to_start_without_jobset(tmp_path: Path) -> None:
 
 @pytest.mark.standin_only("the stand-in can claim to be an older Kubernetes")
 def test_install_refuses_kubernetes_older_than_supported(tmp_path: Path) -> None:
-    server = LocalAPIServer(minor_version=28, jobset_controller=False).start()
+    server = LocalAPIServer(minor_version=28).start()
     try:
         with h.helm_config(server, tmp_path) as cfg, pytest.raises(helm.HelmError) as refused:
             cfg.install(str(h.CHART), h.RELEASE, create_namespace=True)

@@ -417,14 +417,14 @@ def test_an_existing_secret_is_served_with_the_ca_bundle_given_and_reloaded_when
     them), and the caBundle given in the values; a renewed pair is served without a restart."""
     import datetime as dt
 
-    from trainer.controller import certs
+    from trainer.controller import tls_certificates
 
     ns = cluster.namespace
     service = f"{RELEASE}-controller-manager"
     now = dt.datetime.now(dt.UTC)
-    ca_pem, ca_key = certs.new_ca("corp-ca", dt.timedelta(days=30), now)
-    hosts = certs.service_hosts(service, ns, "127.0.0.1")
-    tls_crt, tls_key = certs.new_serving(ca_pem, ca_key, hosts, dt.timedelta(days=3), now)
+    ca_pem, ca_key = tls_certificates.new_ca("corp-ca", dt.timedelta(days=30), now)
+    hosts = tls_certificates.service_hosts(service, ns, "127.0.0.1")
+    tls_crt, tls_key = tls_certificates.new_serving(ca_pem, ca_key, hosts, dt.timedelta(days=3), now)
     values = {
         "webhook": {
             "existingSecret": {"name": "corp-webhook-tls", "caBundle": base64.b64encode(ca_pem).decode()}
@@ -487,7 +487,7 @@ def test_an_existing_secret_is_served_with_the_ca_bundle_given_and_reloaded_when
         assert DENIED in admission(cluster, "refused-1")
         # The user renews the pair (same CA); the kubelet swaps the files: served within the
         # reloader's interval (30 s), and the webhooks keep working meanwhile.
-        renewed_crt, renewed_key = certs.new_serving(
+        renewed_crt, renewed_key = tls_certificates.new_serving(
             ca_pem, ca_key, hosts, dt.timedelta(days=3), dt.datetime.now(dt.UTC)
         )
         for name, content in (("tls.key", renewed_key), ("tls.crt", renewed_crt)):

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.sandbox import local_apiserver
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
@@ -26,7 +27,7 @@ NS = "default"
 
 @pytest.fixture
 def apiserver() -> Iterator[LocalAPIServer]:
-    server = LocalAPIServer().start()
+    server = local_apiserver().start()
     try:
         yield server
     finally:
@@ -290,8 +291,8 @@ def test_a_relist_queues_the_owners_of_what_vanished_or_changed() -> None:
     operator.cache.observe(jobset)
     from trainer.controller.resources import JOBSETS, TRAINJOBS
 
-    operator.listed(TRAINJOBS, NS, [dict(trainjob)], "20")
+    operator.router.listed(TRAINJOBS, NS, [dict(trainjob)], "20")
     assert operator.queue.idle, "an unchanged TrainJob in a new LIST is not queued"
-    operator.listed(JOBSETS, NS, [], "20")
+    operator.router.listed(JOBSETS, NS, [], "20")
     assert not operator.queue.idle
     assert operator.cache.get("JobSet", NS, "tj") is None

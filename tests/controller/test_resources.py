@@ -39,7 +39,7 @@ def test_every_child_the_render_core_builds_is_written_and_watched(scheduler: st
 def test_watch_ids_are_unique_and_only_our_labelled_kinds_are_filtered_by_the_server() -> None:
     assert len({r.type.name for r in WATCHED}) == len(WATCHED)
     operator = Operator(config=Configuration())
-    informer = Informer(ApiClient("https://127.0.0.1:1"), operator._scopes(), operator)
+    informer = Informer(ApiClient("https://127.0.0.1:1"), operator.router.scopes(), operator.router)
     for reflector in informer.reflectors:
         r = reflector.resource
         assert reflector._params() == ({"labelSelector": r.label_selector} if r.labelled else {}), r
@@ -47,11 +47,11 @@ def test_watch_ids_are_unique_and_only_our_labelled_kinds_are_filtered_by_the_se
 
 
 def test_each_watched_resource_is_listed_and_watched_once_per_namespace() -> None:
-    scopes = Operator(config=Configuration(), namespaces=("a", "b"))._scopes()
+    scopes = Operator(config=Configuration(), namespaces=("a", "b")).router.scopes()
     assert sorted((r.type.name, ns or "") for r, ns in scopes) == sorted(
         (r.type.name, ns) for r in WATCHED for ns in (("a", "b") if r.type.namespaced else ("",))
     )
-    everywhere = Operator(config=Configuration())._scopes()
+    everywhere = Operator(config=Configuration()).router.scopes()
     assert [(r, ns) for r, ns in everywhere] == [(r, None) for r in WATCHED]
 
 

@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 import requests
 
-from trainer.controller.certs import write_self_signed
 from trainer.controller.client import ApiError
 from trainer.controller.status_server import (
     AuthenticationError,
@@ -25,6 +24,7 @@ from trainer.controller.status_server import (
     TokenReviewAuthenticator,
     decode_request,
 )
+from trainer.controller.tls_certificates import write_self_signed
 from trainer.runtime.info import Facts
 
 Obj = dict[str, Any]

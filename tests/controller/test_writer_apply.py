@@ -156,9 +156,8 @@ def test_a_create_that_meets_an_object_reads_it_once(obj: Obj, reason: str) -> N
 
 def test_an_apply_that_creates_asks_for_create_as_well_as_patch() -> None:
     """The audit log says patch; a real API server also wants create (403 without it)."""
+    from trainer_sandbox import rbac_audit
     from trainer_sandbox.apiserver.audit import AuditRecord
-
-    from trainer.controller import rbac_audit
 
     def record(status: int) -> AuditRecord:
         return AuditRecord(

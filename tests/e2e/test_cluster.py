@@ -7,8 +7,7 @@ import uuid
 from typing import Any
 
 import pytest
-
-from trainer.controller.embedded import EmbeddedOperator
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 pytestmark = pytest.mark.e2e
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from operator_helpers import OPERATOR_USER
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 
 
 @pytest.fixture

@@ -7,9 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 from trainer_sandbox.operator_process import OPERATOR_USER
-
-from trainer.controller.embedded import EmbeddedOperator
 
 TJ = "trainer.kubeflow.org/v1alpha1"
 __all__ = [

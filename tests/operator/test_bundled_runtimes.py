@@ -9,8 +9,7 @@ import pytest
 import yaml
 from operator_helpers import TJ, conditions, get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import Cluster
-
-from trainer.controller.embedded import EmbeddedOperator
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = sorted(

@@ -7,9 +7,9 @@ import time
 
 from operator_helpers import TJ, conditions, get_or_none, operator_writes, reconciles, trainjob, wait_for
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.api.objects import Obj
-from trainer.controller.embedded import EmbeddedOperator
 
 RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]
 

@@ -14,9 +14,9 @@ import yaml
 from backend_plugin import kubectl_program
 from operator_helpers import TJ, conditions, get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 
 
 @pytest.fixture

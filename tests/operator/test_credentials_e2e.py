@@ -27,9 +27,9 @@ import pytest
 import yaml
 from operator_helpers import get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import RealCluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 
 JOBSET = "jobset.x-k8s.io/v1alpha2"
 SERVICE_ACCOUNT = "trainer-exec"

@@ -23,9 +23,9 @@ import yaml
 from backend_plugin import kubeconfig_for, kubectl_program
 from operator_helpers import TJ, get_or_none, wait_for
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNTIMES = sorted((ROOT / "runtimes").glob("*.yaml"))

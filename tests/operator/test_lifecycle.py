@@ -16,8 +16,7 @@ from operator_helpers import (
     wait_settled,
 )
 from trainer_sandbox.backends import Cluster
-
-from trainer.controller.embedded import EmbeddedOperator
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 JS = "jobset.x-k8s.io/v1alpha2"
 RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]

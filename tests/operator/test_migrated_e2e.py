@@ -14,10 +14,10 @@ import pytest
 import yaml
 from operator_helpers import conditions, wait_for
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 from v1_examples import every_kind, horovod, pi, replica, tensorflow, v1job, xgboost_iris
 
 from trainer.cli import main
-from trainer.controller.embedded import EmbeddedOperator
 
 RUN_FAST = {"name": "SANDBOX_RUN_SECONDS", "value": "1"}
 

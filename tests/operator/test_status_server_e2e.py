@@ -25,9 +25,9 @@ import pytest
 import requests
 from operator_helpers import OPERATOR_USER, TJ, get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import RealCluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 
 Obj = dict[str, Any]
 JS = "jobset.x-k8s.io/v1alpha2"

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 from trainer_sandbox.apiserver.server import free_port
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
-from trainer.controller import certs
+from trainer.controller import tls_certificates
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 from trainer.controller.status_server import NotServing, Server
 
 # kopf answers a probe from results it keeps for 10 s.
@@ -66,7 +66,7 @@ def test_check_needs_a_tls_handshake(tmp_path: Path) -> None:
     """A port that accepts TCP but not TLS fails the check; a stopped server fails it too."""
 
     async def scenario() -> None:
-        certfile, keyfile = certs.write_self_signed(tmp_path, ["127.0.0.1"])
+        certfile, keyfile = tls_certificates.write_self_signed(tmp_path, ["127.0.0.1"])
         import ssl
 
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

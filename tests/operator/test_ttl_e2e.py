@@ -10,9 +10,9 @@ from pathlib import Path
 
 from operator_helpers import TJ, conditions, get_or_none, reconciles, trainjob, wait_for
 from trainer_sandbox.backends import Cluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 
 JS = "jobset.x-k8s.io/v1alpha2"
 RUN_FAST = [{"name": "SANDBOX_RUN_SECONDS", "value": "1"}]

@@ -28,10 +28,10 @@ from operator_helpers import (
     wait_settled,
 )
 from trainer_sandbox.backends import Cluster, RealCluster
+from trainer_sandbox.embedded_operator import EmbeddedOperator
 from trainer_sandbox.tcp_proxy import TcpProxy
 
 from trainer.controller.config import Configuration
-from trainer.controller.embedded import EmbeddedOperator
 
 JS = "jobset.x-k8s.io/v1alpha2"
 RUN_FOREVER = [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]

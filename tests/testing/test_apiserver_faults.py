@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.sandbox import local_apiserver
 
 
 def _cm(name: str) -> dict[str, Any]:
@@ -155,7 +156,7 @@ def test_stop_is_prompt_with_open_watches(tmp_path: Any) -> None:
 
     from kubernetes import config
 
-    server = LocalAPIServer().start()
+    server = local_apiserver().start()
     api = config.new_client_from_config(str(server.write_kubeconfig(tmp_path / "kc")))
     thread = threading.Thread(target=lambda: _watch_lines(api, 600), daemon=True)
     thread.start()

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from trainer_sandbox.apiserver import APIError, LocalAPIServer
-from trainer_sandbox.jobset_controller import JOB_USER, JOBSET_USER, KUBELET_USER
+from trainer_sandbox.controllers import JOB_USER, JOBSET_USER, KUBELET_USER
 
 JS = "jobset.x-k8s.io/v1alpha2"
 
@@ -293,7 +293,7 @@ def test_only_restarts_counting_towards_max_are_compared(trainer_apiserver: Loca
     held = rjob("node", env={"SANDBOX_RUN_SECONDS": "-1"}, job={"backoffLimit": 0})
     server.create(jobset("rc", held, failurePolicy={"maxRestarts": 1}))
     running_pod(server, "rc", 0)
-    server.run(server.jobset.idle())
+    server.run(server.controllers.idle())
     server.patch(
         JS, "JobSet", "rc", {"status": {"restarts": 2, "restartsCountTowardsMax": 0}}, subresource="status"
     )

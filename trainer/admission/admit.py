@@ -21,7 +21,7 @@ from typing import Any
 from trainer.admission.hints import api_version_hint, hints
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.apimachinery import structural
+from trainer.apimachinery import defaulting, formats, object_meta, pruning, schema_validation
 from trainer.apimachinery.errors import AdmissionError, FieldError, forbidden, invalid
 from trainer.apimachinery.openapi import schemas
 from trainer.runtime.framework import Framework
@@ -57,7 +57,7 @@ def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
     """
     kind = obj.get("kind", "")
     schema = schemas()[kind]
-    unknown = structural.unknown_meta_fields(obj) + structural.unknown_fields(schema, obj)
+    unknown = pruning.unknown_meta_fields(obj) + pruning.unknown_fields(schema, obj)
     if unknown:
         raise AdmissionError(
             [
@@ -76,8 +76,8 @@ def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
         if isinstance(values, dict):
             # ObjectMeta is decoded into Go structs, where a null string is the empty string.
             meta[key] = {k: "" if v is None else v for k, v in values.items()}
-    structural.drop_non_nullable_nulls(schema, admitted)
-    structural.apply_defaults(schema, admitted)
+    defaulting.drop_non_nullable_nulls(schema, admitted)
+    defaulting.apply_defaults(schema, admitted)
     before = copy.deepcopy(admitted)
     default_object(admitted, old, now)
     if admitted != before:
@@ -85,8 +85,8 @@ def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
         # decodes the result: Go writes an integral float64 as an integer (1.0 as 1), so from
         # there on the integer fields' CEL rules see an int where they would see a float64.
         admitted = _integral_floats_as_ints(admitted)
-    meta_errors = structural.validate_object_meta(admitted["metadata"], require_name=True)
-    errors = structural.validate(schema, admitted, old, meta=meta_errors)
+    meta_errors = object_meta.validate_object_meta(admitted["metadata"], require_name=True)
+    errors = schema_validation.validate(schema, admitted, old, meta=meta_errors)
     if errors:
         raise AdmissionError(errors)
     return admitted
@@ -134,12 +134,12 @@ def default_object(obj: Obj, old: Obj | None, now: str) -> None:
     Any field may still have any type here: what is not of the expected shape is left for the
     schema to refuse.
     """
-    from trainer.apimachinery import quantities
+    from trainer.apimachinery import schema_quantities
 
     kind = obj.get("kind", "")
     schema = schemas().get(kind)
     if schema is not None:
-        quantities.accept_numbers(quantities.quantity_fields(schema), obj, old)
+        schema_quantities.accept_numbers(schema_quantities.quantity_fields(schema), obj, old)
     if kind == c.TRAINJOB_KIND:
         stamp_runtime_patches(obj, old, now)
 
@@ -248,7 +248,7 @@ def _webhook_rules(
     kind = admitted["kind"]
     # Upstream's webhooks decode the object into Go structs, where an integer that does not fit
     # its int32 or int64 field fails. A 1.36 API server refuses it first; an older one stores it.
-    overflows = structural.integer_overflows(schemas()[kind], admitted)
+    overflows = formats.integer_overflows(schemas()[kind], admitted)
     if overflows:
         raise AdmissionError(overflows)
     if kind == c.TRAINJOB_KIND:

@@ -21,8 +21,9 @@ ObjList: TypeAlias = list[Obj]
 """A JSON array of objects: the items of a List, containers, conditions, ..."""
 
 
-class Condition(TypedDict):
-    """A status condition as the project writes it (``set_condition`` adds the transition time).
+class NewCondition(TypedDict):
+    """A status condition as the project is about to write it (``set_condition`` adds the
+    transition time). The API type, as the CRD describes it, is ``trainer.api.trainjob.Condition``.
 
     Conditions read back from a status stay ``Obj``: other writers may add fields.
     """

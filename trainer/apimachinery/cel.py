@@ -12,6 +12,12 @@ differs from older CEL implementations, this module follows Kubernetes: ``1 == 1
 Not supported: bytes literals, ``type()``, message construction, timestamps and durations, the
 Kubernetes ``url``, ``quantity``, ``ip``, ``cidr`` and ``sets`` libraries, optional values, and a
 distinct ``uint`` type (uint literals and ``uint()`` give plain ints).
+
+It is longer than the project's modules usually are (tests/test_layers.py lets it be), and stays
+one module on purpose: it is one interpreter, whose operators, macros and function library share
+CEL's value semantics (heterogeneous equality, numeric promotion, error propagation); split, each
+piece would import the others' private rules, and a reader checking one operator against the CEL
+specification would need them all open.
 """
 
 from __future__ import annotations

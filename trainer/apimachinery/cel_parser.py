@@ -3,6 +3,9 @@
 The parser knows CEL's grammar and macros but not its function library: the caller passes the
 signatures it implements, so a rule naming a function nobody implements fails when it is
 compiled rather than on the first object that reaches it.
+
+Like ``cel.py`` it stays one module whatever its length (tests/test_layers.py allows both): a
+grammar read against CEL's specification is easiest to check when all of it is in one place.
 """
 
 from __future__ import annotations

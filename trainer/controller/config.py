@@ -62,7 +62,7 @@ class CertManagement(_Section):
     """Upstream's ``certManagement`` (``enable``, ``webhookServiceName``, ``webhookSecretName``): the
     operator makes the webhooks' CA and serving certificate itself, keeps them in one Secret, renews
     them before they expire and writes the CA into the webhook configurations' ``caBundle``
-    (``controller/certs.py``). The other fields are ours."""
+    (``controller/certificate_secret.py``). The other fields are ours."""
 
     enable: bool = False
     webhook_service_name: str = Field(

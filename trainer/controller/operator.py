@@ -1,47 +1,48 @@
-"""The operator's I/O: list and watch, feed the cache, queue TrainJobs, serve the webhooks (kopf).
+"""The operator process: its parts made at start-up, wired together, run by kopf, and stopped.
 
-Everything here is I/O glue. Decisions are made by the render core (``trainer.runtime``) and
+Each part does one thing elsewhere in this package: the watches and the cache
+(``controller/informer.py``, ``controller/routing.py``), the reconciler, the admission webhooks
+(``controller/webhooks.py``), the leader elector, the webhook certificate, the status server.
+This module is where they meet: what is made, in what order, with which client and credentials,
+and what is stopped at the end. Decisions are made by the render core (``trainer.runtime``) and
 admission (``trainer.admission``); the reconciler writes the difference.
 
-The watches are ours (``controller/informer.py``), so that the cache behaves like an informer
-through relists; kopf runs start-up and clean-up, the login and the admission webhooks. No kopf
-finalizer, progress annotation, handler result in status or kopf-posted Event is used: no state
-is kept on the objects, retries and backoff are the work queue's, and Events are ours.
+The watches are ours, so that the cache behaves like an informer through relists; kopf runs
+start-up and clean-up, the login and the admission webhooks. No kopf finalizer, progress
+annotation, handler result in status or kopf-posted Event is used: no state is kept on the
+objects, retries and backoff are the work queue's, and Events are ours.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
 import logging
-import random
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
 from urllib.parse import urlsplit
 
 import kopf
 
 from trainer.api import constants as c
-from trainer.api.objects import Obj
-from trainer.apimachinery.errors import AdmissionError
 from trainer.controller import events
-from trainer.controller.cache import Cache, owner_trainjob
-from trainer.controller.certificate import SelfManagedCertificate
-from trainer.controller.certs import CertificateReloader
+from trainer.controller.cache import Cache
+from trainer.controller.certificate_secret import SelfManagedCertificate
 from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.config import Configuration, split_address
 from trainer.controller.credentials import Credentials, CredentialsError
 from trainer.controller.informer import Informer
 from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_wait
 from trainer.controller.metrics import Metrics
-from trainer.controller.reconciler import Reconciler, WorkQueue, utc_now
-from trainer.controller.resources import CRDS, JOBSETS, WATCHED, Resource, Role
+from trainer.controller.reconciler import Reconciler, WorkQueue
+from trainer.controller.resources import CRDS, JOBSETS
+from trainer.controller.routing import Router
 from trainer.controller.status_server import NotServing
 from trainer.controller.status_server import Server as StatusServerApp
+from trainer.controller.tls_certificates import CertificateReloader, write_self_signed
+from trainer.controller.webhooks import Webhooks
 from trainer.runtime import framework as fw
 
 logger = logging.getLogger("trainer.operator")
@@ -131,6 +132,8 @@ class Operator:
     # Exists from the start, so a watch event that comes before the workers is kept, not lost.
     queue: WorkQueue = field(default_factory=WorkQueue)
     framework: fw.Framework = field(init=False)
+    router: Router = field(init=False)  # the watches' sink: cache fed, TrainJobs queued
+    webhooks: Webhooks = field(init=False)
     serve_metrics: bool = True
     kubeconfig: str | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
@@ -148,6 +151,8 @@ class Operator:
                 feature_gates=dict(self.config.feature_gates),
             )
         )
+        self.router = Router(self.cache, self.queue, self.namespaces)
+        self.webhooks = Webhooks(self.cache, self.framework)
 
     # --- lifecycle ---
 
@@ -166,7 +171,7 @@ class Operator:
             )
         budget = self.config.client_connection
         client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
-        informer = Informer(client, self._scopes(), self)
+        informer = Informer(client, self.router.scopes(), self.router)
         try:
             await _check_prerequisites(client)
             # The start-up LIST fills the cache before any worker runs, so a restart never acts on
@@ -210,8 +215,7 @@ class Operator:
                 self.running = None
                 await running.stop()
                 raise
-        for key in list(self.cache.trainjobs):
-            self.queue.add(key)
+        self.router.queue_all()
         if elector is None:
             self.metrics.leader.labels(name=election.resource_name).set(1)
             running.start_workers(self.config.controller.trainjob_workers)
@@ -221,7 +225,7 @@ class Operator:
         running.tasks.extend(informer.start())
         period = self.config.controller.sync_period_seconds
         if period > 0:
-            running.tasks.append(asyncio.create_task(self._resync(period), name="resync"))
+            running.tasks.append(asyncio.create_task(self.router.resync(period), name="resync"))
         if self.serve_metrics:
             host, port = split_address(self.config.metrics.bind_address)
             self.metrics.serve(host, port)
@@ -244,7 +248,7 @@ class Operator:
         self, client: ApiClient, default_namespace: str | None, elector: Elector | None
     ) -> SelfManagedCertificate:
         """The webhook certificate from its Secret (made now if there is none), in the files the
-        webhook server serves before it starts (controller/certificate.py)."""
+        webhook server serves before it starts (controller/certificate_secret.py)."""
         settings = self.config.cert_management
         namespace = settings.webhook_secret_namespace or default_namespace
         if not namespace:
@@ -299,11 +303,8 @@ class Operator:
             interval = certs_config.check_interval_seconds
         await ss.refresh_facts(self.cache, url, authority)
 
-        def ca_changed() -> None:  # the <name>-tls-config ConfigMaps follow
-            for key in list(self.cache.trainjobs):
-                self.queue.add(key)
-
-        keep = ss.keep_facts(self.cache, url, authority, interval, ca_changed)
+        # When the CA changes, the <name>-tls-config ConfigMaps follow.
+        keep = ss.keep_facts(self.cache, url, authority, interval, self.router.queue_all)
         running.tasks.append(asyncio.create_task(keep, name="status-ca"))
         server = ss.Server(
             ss.TokenReviewAuthenticator(client, self.cache),
@@ -333,8 +334,7 @@ class Operator:
                 return
             # What the watches queued while following is here already; a replica that led before
             # and lost the Lease looks at every TrainJob again, as a new leader would.
-            for key in list(self.cache.trainjobs):
-                self.queue.add(key)
+            self.router.queue_all()
             running.start_workers(self.config.controller.trainjob_workers)
             gauge.set(1)
             if running.certificate is not None:
@@ -357,114 +357,6 @@ class Operator:
             on_started_leading=started,
             on_stopped_leading=stopped,
         )
-
-    def _scopes(self) -> list[tuple[Resource, str | None]]:
-        """What is listed and watched: each resource in each namespace served, or cluster-wide."""
-        namespaces: list[str | None] = list(self.namespaces) or [None]
-        return [
-            (resource, ns)
-            for resource in WATCHED
-            for ns in (namespaces if resource.type.namespaced else [None])
-        ]
-
-    async def _resync(self, period: float) -> None:
-        """Reconcile every TrainJob now and then, as controller-runtime's SyncPeriod does: what no
-        watch event told (a change the operator missed, a bug's leftover) is corrected. A TrainJob
-        whose world is as it should be costs no write."""
-        while True:
-            await asyncio.sleep(period * random.uniform(0.9, 1.1))  # its jitter, too
-            keys = list(self.cache.trainjobs)
-            logger.debug("resync: reconciling %d TrainJobs", len(keys))
-            for key in keys:
-                self.queue.add(key)
-
-    # --- what the reflectors report (controller/informer.py) ---
-
-    def listed(
-        self, resource: Resource, namespace: str | None, items: list[Obj], resource_version: str
-    ) -> None:
-        """A LIST (at start-up, or after a watch the server could not resume): the cache takes it
-        as the whole truth of its scope, and the TrainJobs of what changed or vanished are queued."""
-        typed = [_typed(item, resource) for item in items]
-        label = c.TRAINJOB_NAME_LABEL if resource.labelled else None
-        changed, gone = self.cache.replace(
-            resource.kind, resource.type.group, namespace, typed, resource_version, label=label
-        )
-        for obj in gone:
-            self._concerns(resource, obj, deleted=True)
-        for obj in changed:
-            self._concerns(resource, obj, deleted=False)
-
-    def changed(self, resource: Resource, type_: str, obj: Obj) -> None:
-        """A watch event: keep the cache current and queue the TrainJobs the change concerns."""
-        obj = _typed(obj, resource)
-        meta = obj["metadata"]
-        deleted = type_ == "DELETED"
-        if deleted:
-            self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
-        else:
-            self.cache.observe(obj)
-        self._concerns(resource, obj, deleted=deleted)
-
-    def _concerns(self, resource: Resource, obj: Obj, *, deleted: bool) -> None:
-        meta = obj["metadata"]
-        match resource.role:
-            case Role.TRAINJOB:
-                if not deleted:
-                    self.queue.add((meta.get("namespace") or "default", meta["name"]))
-            case Role.RUNTIME:
-                if not deleted:
-                    self._runtime_arrived(obj)
-            case Role.CHILD:
-                owner = owner_trainjob(obj)
-                if owner is not None:
-                    self.queue.add(owner)
-
-    def _runtime_arrived(self, runtime: Obj) -> None:
-        """A TrainJob waiting for this runtime (no snapshot yet) can go on now."""
-        meta = runtime["metadata"]
-        for key, trainjob in list(self.cache.trainjobs.items()):
-            ref = trainjob.get("spec", {}).get("runtimeRef") or {}
-            if (
-                ref.get("name") != meta["name"]
-                or (ref.get("kind") or c.CLUSTER_TRAINING_RUNTIME_KIND) != runtime["kind"]
-            ):
-                continue
-            if runtime["kind"] == c.TRAINING_RUNTIME_KIND and key[0] != meta.get("namespace"):
-                continue
-            if self.cache.get("ConfigMap", key[0], key[1] + c.RUNTIME_SNAPSHOT_SUFFIX) is None:
-                self.queue.add(key)
-
-    # --- admission ---
-
-    def validate(self, body: kopf.Body, old: kopf.Body | None, warnings: list[str]) -> None:
-        """The validating webhook. The API server checked the CRD schema and its CEL rules before
-        calling it, so only the rules no CRD states run here (``Mode.WEBHOOK``)."""
-        from trainer.admission.admit import Mode, admit
-
-        obj = _plain(body)
-        try:
-            _, found = admit(
-                obj,
-                _plain(old) if old is not None else None,
-                self.cache,
-                self.framework,
-                utc_now(),
-                mode=Mode.WEBHOOK,
-            )
-        except AdmissionError as exc:
-            warnings.extend(exc.warnings)
-            raise kopf.AdmissionError(_admission_message(exc), code=403) from exc
-        warnings.extend(found)
-
-    def default(self, body: kopf.Body, old: kopf.Body | None, patch: kopf.Patch) -> None:
-        """The defaulting webhook: kopf diffs what ``default_object`` changes into a JSON patch."""
-        from trainer.admission.admit import default_object
-
-        stored = _plain(old) if old is not None else None
-        now = utc_now()
-        # kopf hands each function a deep copy of the body made of plain dicts and lists.
-        patch.fns.append(lambda obj: default_object(cast(Obj, obj), stored, now))
 
     # --- kopf wiring ---
 
@@ -510,38 +402,7 @@ class Operator:
                 return "ok"
 
         if self.config.webhook.enabled:
-            # Coroutines: kopf would run a plain function in a thread pool, reading the cache
-            # while the loop's watch events (controller/informer.py) change it.
-
-            async def _validate(
-                *, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None, **_: object
-            ) -> None:
-                self.validate(body, old, warnings)
-
-            async def _default(
-                *, body: kopf.Body, patch: kopf.Patch, old: kopf.Body | None = None, **_: object
-            ) -> None:
-                self.default(body, old, patch)
-
-            # A validator and a defaulter for each kind of our API. The defaulters write numbers
-            # given for quantities as quantity strings, runtimes included (docs/decisions.md §9), and
-            # stamp each TrainJob runtime patch with the time it last changed.
-            for resource in WATCHED:
-                rtype = resource.type
-                if rtype.group != c.GROUP:
-                    continue
-                for register, handler, prefix in (
-                    (on.validate, _validate, "validator"),
-                    (on.mutate, _default, "defaulter"),
-                ):
-                    register(
-                        rtype.group,
-                        rtype.version,
-                        rtype.plural,
-                        registry=registry,
-                        id=f"{prefix}.{resource.kind.lower()}",
-                        operations=["CREATE", "UPDATE"],
-                    )(handler)
+            self.webhooks.register(registry)
 
         return registry
 
@@ -552,7 +413,7 @@ class Operator:
             if webhook.cert_dir:
                 cert_dir = webhook.cert_dir
             elif self.config.cert_management.enable:
-                # Written from the certificate Secret at start-up (controller/certificate.py).
+                # Written from the certificate Secret at start-up (controller/certificate_secret.py).
                 self_signed = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
                 cert_dir = self_signed.name
             else:
@@ -616,13 +477,11 @@ def _self_signed(advertise_host: str | None) -> tempfile.TemporaryDirectory[str]
     which the operator depends on anyway. The API server trusts it through the caBundle of the
     configurations the operator manages (webhook.manageConfiguration).
     """
-    from trainer.controller.certs import write_self_signed
-
-    certs = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
+    directory = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
     hosts = sorted({advertise_host or "localhost", "localhost", "127.0.0.1"})
-    write_self_signed(Path(certs.name), hosts)
+    write_self_signed(Path(directory.name), hosts)
     logger.info("webhooks: no certDir configured; serving a self-signed certificate for %s", hosts)
-    return certs
+    return directory
 
 
 async def login(kubeconfig: str | None = None) -> Credentials:
@@ -637,19 +496,3 @@ async def login(kubeconfig: str | None = None) -> Credentials:
     except CredentialsError as exc:
         raise StartupError(f"no Kubernetes credentials: {exc}") from exc
     return credentials
-
-
-def _plain(body: kopf.Body) -> Obj:
-    return copy.deepcopy(dict(body))
-
-
-def _typed(obj: Obj, resource: Resource) -> Obj:
-    """Lists and watch events may leave out each item's apiVersion and kind; the cache needs them."""
-    obj.setdefault("apiVersion", resource.api_version)
-    obj.setdefault("kind", resource.kind)
-    return obj
-
-
-def _admission_message(exc: AdmissionError) -> str:
-    lines = [str(e) for e in exc.errors]
-    return lines[0] if len(lines) == 1 else "[" + ", ".join(lines) + "]"

@@ -25,7 +25,7 @@ from trainer.controller.metrics import Metrics, framework_of
 from trainer.controller.writer import StaleCache, Writer, WriteReport
 from trainer.runtime import conditions as cond
 from trainer.runtime.framework import Framework
-from trainer.runtime.render import Event, Outcome, parse_time, reconcile
+from trainer.runtime.render import Event, Outcome, parse_time, render
 
 logger = logging.getLogger("trainer.controller")
 STATUS_RETRY_SECONDS = 0.5
@@ -186,7 +186,7 @@ class Reconciler:
         if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
             self._counted.pop(key, None)
             return Next.DONE
-        outcome = reconcile(trainjob, self.cache, self.framework, utc_now())
+        outcome = render(trainjob, self.cache, self.framework, utc_now())
         if outcome.skipped:
             return Next.DONE
         report = WriteReport()

@@ -53,7 +53,7 @@ def run_migrate(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_USAGE
     else:
-        from trainer.manifests import ManifestError, read_manifests
+        from trainer.offline.manifests import ManifestError, read_manifests
 
         try:
             jobs = read_manifests(args.filename)

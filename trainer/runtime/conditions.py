@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainer.api.objects import Condition, Obj
+from trainer.api.objects import NewCondition, Obj
 
 
 def find(conditions: list[Obj] | None, type_: str) -> Obj | None:
@@ -14,7 +14,7 @@ def is_true(conditions: list[Obj] | None, type_: str) -> bool:
     return cond is not None and cond.get("status") == "True"
 
 
-def set_condition(conditions: list[Obj], new: Condition, now: str) -> None:
+def set_condition(conditions: list[Obj], new: NewCondition, now: str) -> None:
     """Add or update a condition; lastTransitionTime moves only when the status changes."""
     current = find(conditions, new["type"])
     if current is None:

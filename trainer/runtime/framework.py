@@ -78,6 +78,12 @@ class Framework:
         self.manager.add_hookspecs(hookspecs)
         for plugin in reversed(self.plugins):
             self.manager.register(plugin, name=plugin.name)
+        try:
+            # An implementation whose name matches no hook (a misspelt hook) would register
+            # silently and never run: refuse it by name, as pytest refuses an unknown hook.
+            self.manager.check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginConfigError(f"plugin {self.manager.get_name(exc.plugin)!r}: {exc}") from exc
         providers = [p for p in self.plugins if hasattr(p, "trainer_compute_status")]
         if len(providers) > 1:
             names = ", ".join(p.name for p in providers)
@@ -115,9 +121,10 @@ def _external_entry_points() -> dict[str, Any]:
 _ORDER_OPTIONS = ("tryfirst", "trylast", "hookwrapper", "wrapper")
 
 
-def _check_external(plugin: Any, name: str) -> None:
-    """Refuse, at start-up and by name, a plugin from another package that would fail later or
-    run out of order: the operator should not start with a plugin it cannot run as documented."""
+def _check_plugin(plugin: Any, name: str) -> None:
+    """Refuse, at start-up and by name, a plugin from another package (or one handed to
+    ``load(extra=...)`` while it is developed) that would fail later or run out of order: the
+    operator should not start with a plugin it cannot run as documented."""
     if getattr(plugin, "name", None) != name:
         raise PluginConfigError(
             f"plugin {name!r}: its object's name is {getattr(plugin, 'name', None)!r}; it must equal the "
@@ -176,9 +183,11 @@ def load(config: PluginConfig | None = None, extra: Iterable[Plugin] = ()) -> Fr
             plugin = loaded() if isinstance(loaded, type) else loaded
         except Exception as exc:  # a broken third-party package must say so, not crash obscurely
             raise PluginConfigError(f"plugin {name!r} failed to load: {exc}") from exc
-        _check_external(plugin, name)
+        _check_plugin(plugin, name)
         enabled.append(plugin)
-    enabled.extend(extra)
+    for plugin in extra:
+        _check_plugin(plugin, getattr(plugin, "name", None) or type(plugin).__name__)
+        enabled.append(plugin)
     return Framework(enabled, known=builtins)
 
 

@@ -83,7 +83,7 @@ def canonical_jobset_quantities(jobset_spec: Obj) -> None:
     """
     from trainer.api import constants as c
     from trainer.apimachinery.openapi import schemas
-    from trainer.apimachinery.quantities import canonicalize, quantity_fields
+    from trainer.apimachinery.schema_quantities import canonicalize, quantity_fields
 
     template = schemas()[c.TRAINING_RUNTIME_KIND]["properties"]["spec"]["properties"]["template"]
     canonicalize(quantity_fields(template["properties"]["spec"]), jobset_spec)

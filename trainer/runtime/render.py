@@ -1,7 +1,7 @@
 """The pure core: one TrainJob, the runtime it names and what is known of the cluster -> the
 objects that should exist for it and the status it should have.
 
-No I/O happens here. The operator calls :func:`reconcile` with facts from its watch caches and
+No I/O happens here. The operator calls :func:`render` with facts from its watch caches and
 writes the difference; ``trainer render`` calls it with facts read from manifests.
 """
 
@@ -89,7 +89,7 @@ def parse_time(value: str) -> datetime:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def reconcile(
+def render(
     trainjob_obj: Obj, facts: Facts, framework: Framework, now: str, *, seed: bytes | None = None
 ) -> Outcome:
     """Decide everything about one TrainJob as it stands now.
@@ -334,12 +334,12 @@ def _pinned(snapshot: Obj, trainjob_obj: Obj) -> Obj:
 def _check_snapshot_runtime(runtime_obj: Obj) -> None:
     """A snapshot is a ConfigMap anyone with rights may edit: check it as the API server checked
     the runtime it copies, before plugins read it as typed data."""
-    from trainer.apimachinery import structural
+    from trainer.apimachinery import schema_validation
     from trainer.apimachinery.openapi import schemas
 
     kind = runtime_obj.get("kind")
     schema = schemas().get(kind) if kind in c.RUNTIME_KINDS else None
-    errors = structural.validate(schema, runtime_obj) if schema is not None else []
+    errors = schema_validation.validate(schema, runtime_obj) if schema is not None else []
     if schema is None or errors:
         reason = str(errors[0]) if errors else f"it holds a {kind}, not a runtime"
         raise PluginError(f"invalid runtime snapshot: {reason}")

@@ -6,7 +6,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import yaml
 from aiohttp import web
@@ -18,9 +18,6 @@ from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.resources import ResourceType
 from trainer_sandbox.apiserver.selectors import make_filter
 from trainer_sandbox.apiserver.storage import Event
-
-if TYPE_CHECKING:
-    from trainer_sandbox.apiserver.server import LocalAPIServer
 
 JSON = "application/json"
 _PATCH_TYPES = (patching.MERGE, patching.JSON_PATCH, patching.STRATEGIC, patching.APPLY, patching.APPLY_CBOR)
@@ -46,8 +43,23 @@ def _truthy(value: str | None) -> bool:
     return (value or "").lower() in ("true", "1")
 
 
+class Server(Protocol):
+    """What the handlers use of the server that mounts them (``LocalAPIServer``): its core, its
+    settings, its users' tokens, the container logs it serves, whether it is stopping, and its
+    count of open watches, which they keep."""
+
+    core: Core
+    minor_version: int
+    tokens: dict[str, tuple[str, list[str]]]
+    watch_timeout: float
+    bookmark_interval: float
+    open_watches: int
+    pod_logs: dict[tuple[str, str], list[str]]
+    stopping: bool
+
+
 class Handlers:
-    def __init__(self, server: LocalAPIServer) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.core: Core = server.core
 

@@ -9,9 +9,9 @@ import json
 import secrets
 import socket
 import threading
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import yaml
 from aiohttp import web
@@ -41,12 +41,27 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+class Controllers(Protocol):
+    """What runs beside the server on its event loop, as a cluster's controllers run beside its API
+    server: built from the server once it listens, stopped before its garbage collector. The
+    server does not know which controllers they are: ``trainer_sandbox.sandbox.local_apiserver``
+    passes the simulated JobSet controller, Job controller and kubelet (``trainer_sandbox.controllers``).
+    """
+
+    def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    async def idle(self) -> None: ...
+
+
 class LocalAPIServer:
     """An in-memory Kubernetes API server on a local port.
 
     ``start()`` runs it in a background thread with its own event loop (for synchronous tests and
     clients); ``await start_async()`` runs it inside the caller's loop. Every bearer token of
-    ``tokens`` is one named user; ``admin`` exists from the start.
+    ``tokens`` is one named user; ``admin`` exists from the start. ``controllers`` builds, from the
+    server, the controllers that run with it (``Controllers``); without it none run.
     """
 
     def __init__(
@@ -59,7 +74,7 @@ class LocalAPIServer:
         bookmark_interval: float = 1.0,
         watch_timeout: float = 1800.0,
         history_size: int = 5000,
-        jobset_controller: bool = True,
+        controllers: Callable[[LocalAPIServer], Controllers] | None = None,
     ) -> None:
         if not 27 <= minor_version <= 33:
             raise ValueError("the reported Kubernetes version must be between 1.27 and 1.33")
@@ -79,8 +94,8 @@ class LocalAPIServer:
         self.open_watches = 0
         self.stopping = False
         self.gc = GarbageCollector(self.core)
-        self._with_jobset = jobset_controller
-        self.jobset: Any = None
+        self._controllers_factory = controllers
+        self.controllers: Controllers | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
@@ -124,18 +139,16 @@ class LocalAPIServer:
         )
         await site.start()
         self.gc.start()
-        if self._with_jobset:
-            from trainer_sandbox.jobset_controller import JobSetController
-
-            self.jobset = JobSetController(self)
-            self.jobset.start()
+        if self._controllers_factory is not None:
+            self.controllers = self._controllers_factory(self)
+            self.controllers.start()
         return self
 
     async def stop_async(self) -> None:
         self.stopping = True
         self.core.store.close_watchers()
-        if self.jobset is not None:
-            await self.jobset.stop()
+        if self.controllers is not None:
+            await self.controllers.stop()
         await self.gc.stop()
         await self.webhooks.close()
         if self._runner is not None:

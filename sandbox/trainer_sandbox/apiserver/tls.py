@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from trainer.controller import certs
+from trainer.controller import tls_certificates
 
 
 @dataclass(frozen=True)
@@ -36,10 +36,10 @@ class ServingCert:
 @cache
 def serving_cert() -> ServingCert:
     """A CA and a certificate for loopback (and the in-cluster name clients may dial), a year
-    each, made as the operator makes its own (trainer/controller/certs.py)."""
+    each, made as the operator makes its own (trainer/controller/tls_certificates.py)."""
     now = dt.datetime.now(dt.UTC)
     year = dt.timedelta(days=365)
-    ca_pem, ca_key_pem = certs.new_ca("local-apiserver-ca", year, now)
+    ca_pem, ca_key_pem = tls_certificates.new_ca("local-apiserver-ca", year, now)
     hosts = ["localhost", "kubernetes.default.svc", "127.0.0.1", "::1"]
-    cert_pem, key_pem = certs.new_serving(ca_pem, ca_key_pem, hosts, year, now)
+    cert_pem, key_pem = tls_certificates.new_serving(ca_pem, ca_key_pem, hosts, year, now)
     return ServingCert(ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem)

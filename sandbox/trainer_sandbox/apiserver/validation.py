@@ -1,6 +1,6 @@
 """Schema validation of stored objects.
 
-Custom resources go through ``trainer.apimachinery.structural``, the project's one implementation of
+Custom resources go through ``trainer.apimachinery``'s schema modules, the project's one implementation of
 OpenAPI and CEL rules (the render core uses the same code), so a TrainJob refused by the operator's
 own checks is refused here with the same message. Built-in kinds are checked against the Kubernetes
 schema shipped in ``k8s_schemas.json.gz``.
@@ -12,6 +12,7 @@ import json
 import re
 from typing import Any
 
+from trainer.apimachinery import defaulting, object_meta, pruning, schema_validation
 from trainer.apimachinery.errors import FieldError, invalid, required, unsupported
 from trainer_sandbox.apiserver.errors import bad_request
 from trainer_sandbox.apiserver.errors import invalid as invalid_error
@@ -26,33 +27,21 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_NAMED = {("", "namespaces"), ("", "services")}
 
 
-def _structural() -> Any:
-    """The shared structural module, or ``None`` while it is not installed (checks are then skipped)."""
-    try:
-        from trainer.apimachinery import structural
-    except ImportError:
-        return None
-    return structural
-
-
 def default_and_prune(
     rt: ResourceType, obj: dict[str, Any], field_validation: str, warnings: list[str]
 ) -> None:
     """Decode-time handling of a custom resource: defaults, then unknown fields per ``fieldValidation``."""
     if rt.builtin or rt.crd_schema is None:
         return
-    structural = _structural()
-    if structural is None:
-        return
     if field_validation == "Strict":
-        unknown = [p.lstrip(".") for p in structural.unknown_fields(rt.crd_schema, obj)]
+        unknown = [p.lstrip(".") for p in pruning.unknown_fields(rt.crd_schema, obj)]
         if unknown:
             raise bad_request("strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown))
-    removed = structural.prune(rt.crd_schema, obj)
+    removed = pruning.prune(rt.crd_schema, obj)
     if field_validation == "Warn":
         warnings.extend(f'unknown field "{p.lstrip(".")}"' for p in removed)
-    structural.drop_non_nullable_nulls(rt.crd_schema, obj)
-    structural.apply_defaults(rt.crd_schema, obj)
+    defaulting.drop_non_nullable_nulls(rt.crd_schema, obj)
+    defaulting.apply_defaults(rt.crd_schema, obj)
 
 
 def check_builtin_decoding(
@@ -112,9 +101,9 @@ def validate(
         errors.extend(builtin_errors)
         seen = {e.path for e in errors}
         errors.extend(e for e in builtin_rules(rt, obj) if e.path not in seen)
-    elif rt.crd_schema is not None and _structural() is not None:
+    elif rt.crd_schema is not None:
         # ObjectMeta's errors go first, and a blocking one (a missing name) stops the CEL rules.
-        errors = _structural().validate(rt.crd_schema, obj, old, meta=errors)
+        errors = schema_validation.validate(rt.crd_schema, obj, old, meta=errors)
     if errors:
         name = (obj.get("metadata") or {}).get("name", "")
         raise invalid_error(rt.kind, rt.group, name, errors)
@@ -172,12 +161,9 @@ def _mounted_volumes(pspec: dict[str, Any]) -> list[FieldError]:
 
 
 def validate_meta(rt: ResourceType, meta: dict[str, Any]) -> list[FieldError]:
-    structural = _structural()
-    errors: list[FieldError] = []
-    if structural is not None:
-        # Built-in kinds name objects by their own rules (RBAC allows "system:..."): checked below.
-        checked = meta if not rt.builtin else {k: v for k, v in meta.items() if k != "name"}
-        errors = list(structural.validate_object_meta(checked, require_name=not rt.builtin))
+    # Built-in kinds name objects by their own rules (RBAC allows "system:..."): checked below.
+    checked = meta if not rt.builtin else {k: v for k, v in meta.items() if k != "name"}
+    errors = list(object_meta.validate_object_meta(checked, require_name=not rt.builtin))
     name = meta.get("name")
     if not name:
         if not any(e.path == "metadata.name" for e in errors):

@@ -1,7 +1,7 @@
 """The kwok Stages that play kubelet for the fake nodes, steered like the stand-in's JobSet simulator.
 
 A pod's fate comes from the env of its container named ``node`` (else its first container), the
-same control surface as ``trainer_sandbox.jobset_controller``:
+same control surface as the stand-in's kubelet (``trainer_sandbox.controllers.kubelet``):
 
 - ``SANDBOX_RUN_SECONDS`` (default 2): how long the pod stays Running; negative: until something
   else ends it. Unparseable: the default. kwok delays are durations, so the value is rounded to the

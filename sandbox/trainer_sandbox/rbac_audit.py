@@ -11,6 +11,9 @@ ClusterRole from a fresh run.
 A permission here is one ``(apiGroup, resource, verb)`` triple, ``resource`` being
 ``plural`` or ``plural/subresource``. Rules are grouped the way a reviewer reads them: one rule per
 API group and verb set, resources sorted.
+
+This is test and tooling code, not the operator's, so it lives in the sandbox's distribution, with
+the control planes whose audit logs it reads.
 """
 
 from __future__ import annotations

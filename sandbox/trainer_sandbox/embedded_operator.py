@@ -1,7 +1,8 @@
 """Run the operator in a background thread: for the demo, the sandbox and integration tests.
 
 On a cluster the operator is its own process (`trainer run`); here it shares a process with the
-local API server, with its own event loop, and stops promptly when asked.
+local API server, with its own event loop, and stops promptly when asked. Nothing on a cluster
+runs the operator this way, so this lives in the sandbox's distribution, not the operator's.
 """
 
 from __future__ import annotations
@@ -14,15 +15,7 @@ from pathlib import Path
 
 from trainer.controller.config import Configuration
 from trainer.controller.operator import Operator
-
-
-def _free_port(host: str = "127.0.0.1") -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+from trainer_sandbox.apiserver.server import free_port
 
 
 class EmbeddedOperator:
@@ -45,7 +38,7 @@ class EmbeddedOperator:
                         update={
                             "enabled": True,
                             "host": "127.0.0.1",
-                            "port": _free_port(),
+                            "port": free_port(),
                             "cert_dir": None,
                             "manage_configuration": True,
                             "advertise_host": "127.0.0.1",

@@ -1,4 +1,4 @@
-"""The operator's own webhook certificate: what the Secret should hold (``certs.renewed``), and one
+"""The operator's own webhook certificate: what the Secret should hold (``tls_certificates.renewed``), and one
 Secret shared by replicas against the stand-in (``certificate.SelfManagedCertificate``). The same
 through the real API server, with the chart's objects: tests/chart/test_webhook_certificate.py."""
 
@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 from cryptography import x509
 from trainer_sandbox.apiserver import LocalAPIServer
+from trainer_sandbox.sandbox import local_apiserver
 
-from trainer.controller import certs
-from trainer.controller.certificate import SelfManagedCertificate
+from trainer.controller import tls_certificates
+from trainer.controller.certificate_secret import SelfManagedCertificate
 from trainer.controller.client import ApiClient
 from trainer.controller.config import CertManagement, Configuration
 from trainer.controller.credentials import Credentials
@@ -29,15 +30,15 @@ LIFETIMES = {"ca_validity": dt.timedelta(days=30), "cert_validity": dt.timedelta
 def renewed(
     data: dict[str, bytes] | None, now: dt.datetime, hosts: list[str] = HOSTS
 ) -> dict[str, bytes] | None:
-    return certs.renewed(data, hosts=hosts, ca_name="svc-webhook-ca", now=now, **LIFETIMES)
+    return tls_certificates.renewed(data, hosts=hosts, ca_name="svc-webhook-ca", now=now, **LIFETIMES)
 
 
 def bundle(data: dict[str, bytes]) -> list[x509.Certificate]:
-    return x509.load_pem_x509_certificates(data[certs.CA_CERT])
+    return x509.load_pem_x509_certificates(data[tls_certificates.CA_CERT])
 
 
 def serving(data: dict[str, bytes]) -> x509.Certificate:
-    return x509.load_pem_x509_certificate(data[certs.TLS_CERT])
+    return x509.load_pem_x509_certificate(data[tls_certificates.TLS_CERT])
 
 
 def test_a_new_certificate_names_every_host_and_is_signed_by_its_ca() -> None:
@@ -60,8 +61,11 @@ def test_the_serving_certificate_is_renewed_from_the_same_ca_when_a_third_is_lef
     assert renewed(data, T0 + dt.timedelta(days=5)) is None  # 9 days (+ backdating): due after 6
     later = renewed(data, T0 + dt.timedelta(days=6, hours=12))
     assert later is not None
-    assert later[certs.CA_CERT] == data[certs.CA_CERT] and later[certs.CA_KEY] == data[certs.CA_KEY]
-    assert later[certs.TLS_CERT] != data[certs.TLS_CERT]
+    assert (
+        later[tls_certificates.CA_CERT] == data[tls_certificates.CA_CERT]
+        and later[tls_certificates.CA_KEY] == data[tls_certificates.CA_KEY]
+    )
+    assert later[tls_certificates.TLS_CERT] != data[tls_certificates.TLS_CERT]
     serving(later).verify_directly_issued_by(bundle(data)[0])
 
 
@@ -90,9 +94,9 @@ def test_a_serving_certificate_never_outlives_its_ca() -> None:
 @pytest.mark.parametrize(
     "damage",
     [
-        {certs.TLS_CERT: b"junk"},
-        {certs.CA_KEY: b""},
-        {certs.TLS_KEY: None},  # missing
+        {tls_certificates.TLS_CERT: b"junk"},
+        {tls_certificates.CA_KEY: b""},
+        {tls_certificates.TLS_KEY: None},  # missing
     ],
 )
 def test_anything_unreadable_starts_again_from_a_new_ca(damage: dict[str, bytes | None]) -> None:
@@ -107,12 +111,16 @@ def test_a_certificate_from_another_ca_or_for_other_hosts_is_replaced() -> None:
     data = renewed(None, T0)
     other = renewed(None, T0)
     assert data is not None and other is not None
-    mixed = {**data, certs.TLS_CERT: other[certs.TLS_CERT], certs.TLS_KEY: other[certs.TLS_KEY]}
+    mixed = {
+        **data,
+        tls_certificates.TLS_CERT: other[tls_certificates.TLS_CERT],
+        tls_certificates.TLS_KEY: other[tls_certificates.TLS_KEY],
+    }
     fixed = renewed(mixed, T0)
-    assert fixed is not None and fixed[certs.CA_CERT] == data[certs.CA_CERT]
+    assert fixed is not None and fixed[tls_certificates.CA_CERT] == data[tls_certificates.CA_CERT]
     serving(fixed).verify_directly_issued_by(bundle(data)[0])
     moved = renewed(data, T0, hosts=["elsewhere.svc"])
-    assert moved is not None and moved[certs.CA_CERT] == data[certs.CA_CERT]
+    assert moved is not None and moved[tls_certificates.CA_CERT] == data[tls_certificates.CA_CERT]
 
 
 def test_configuration_refuses_two_sources_and_bad_durations() -> None:
@@ -146,7 +154,7 @@ WEBHOOKS = {
 
 @pytest.fixture
 def server() -> Iterator[LocalAPIServer]:
-    api = LocalAPIServer().start()
+    api = local_apiserver().start()
     try:
         api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
         # As the chart renders them: the Secret empty, the configurations without a caBundle.

@@ -22,9 +22,9 @@ from trainer.apimachinery.errors import AdmissionError, FieldError, required
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts
 
+NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no look-alikes
 # Kinds the render core reads as cluster facts; any other kind is ignored with a note.
 FACT_KINDS = ("JobSet", "ConfigMap", "Secret", "PodGroup", "PriorityClass")
-NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no look-alikes
 CHILD_ORDER = {"JobSet": 0, "ConfigMap": 1, "Secret": 2, "PodGroup": 3}
 
 
@@ -82,7 +82,7 @@ class OfflineCluster:
     def load_default_runtimes(self) -> None:
         import yaml
 
-        from trainer.manifests import _loader
+        from trainer.offline.manifests import _loader
 
         root = Path(str(resources.files("trainer.runtimes")))
         for path in sorted(root.glob("*.yaml")):
@@ -207,11 +207,11 @@ class OfflineCluster:
         self._reconcile(admitted)
 
     def _reconcile(self, admitted: Obj) -> None:
-        from trainer.runtime.render import reconcile
+        from trainer.runtime.render import render
 
         meta = admitted["metadata"]
         namespace, name = meta["namespace"], meta["name"]
-        outcome = reconcile(admitted, self.facts, self.framework, self.now, seed=render_seed(meta["uid"]))
+        outcome = render(admitted, self.facts, self.framework, self.now, seed=render_seed(meta["uid"]))
         written = self.children.setdefault((namespace, name), {})
         for child in outcome.objects:
             child_meta = child["metadata"]

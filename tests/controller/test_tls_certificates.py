@@ -8,7 +8,7 @@ import ssl
 import time
 from pathlib import Path
 
-from trainer.controller.certs import CertificateReloader, write_self_signed
+from trainer.controller.tls_certificates import CertificateReloader, write_self_signed
 
 
 async def _served_name(context: ssl.SSLContext) -> str:

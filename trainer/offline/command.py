@@ -58,8 +58,8 @@ def _status_server(url: str, ca_file: str | None) -> StatusServer:
 
 
 def run_render(args: argparse.Namespace) -> int:
-    from trainer.manifests import ManifestError, read_manifests
-    from trainer.offline import OfflineCluster
+    from trainer.offline.cluster import OfflineCluster
+    from trainer.offline.manifests import ManifestError, read_manifests
     from trainer.runtime import framework as fw
     from trainer.runtime.render import parse_time
 

@@ -6,9 +6,10 @@ render it again on every sync), so the operator keeps the certificate itself:
 - **One Secret** (``certManagement.webhookSecretName``, type ``Opaque`` as the chart renders it
   empty) holds the CA (``ca.crt``, ``ca.key``) and the serving certificate (``tls.crt``,
   ``tls.key``). A replica that finds none creates it, and one that finds it empty fills it; when
-  two try at once, one write wins (the other gets 409) and both serve the winner's. The CA and the serving certificate are renewed a third of their lifetime
-  before they expire (``controller/certs.py``: ``renewed``), by the leader only; every change is
-  an update carrying the resourceVersion just read, so a write by another replica is never lost.
+  two try at once, one write wins (the other gets 409) and both serve the winner's. The CA and
+  the serving certificate are renewed a third of their lifetime before they expire
+  (``controller/tls_certificates.py``: ``renewed``), by the leader only; every change is an
+  update carrying the resourceVersion just read, so a write by another replica is never lost.
 - **The caBundle.** Before the leader writes a new CA into the Secret, it adds it to the webhook
   configurations' ``caBundle`` (the old CA stays there until it expires), so no replica serves a
   certificate the API server does not trust yet. The leader compares the caBundle with the Secret
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainer.api.objects import Obj
-from trainer.controller import certs
+from trainer.controller import tls_certificates
 from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.config import CertManagement
 
@@ -55,7 +56,10 @@ def _decode(secret: Obj | None) -> dict[str, bytes] | None:
 
 def _usable(secret: Obj) -> bool:
     data = secret.get("data") or {}
-    return all(data.get(key) for key in (certs.CA_CERT, certs.TLS_CERT, certs.TLS_KEY))
+    return all(
+        data.get(key)
+        for key in (tls_certificates.CA_CERT, tls_certificates.TLS_CERT, tls_certificates.TLS_KEY)
+    )
 
 
 def _encode(data: dict[str, bytes]) -> dict[str, str]:
@@ -81,7 +85,7 @@ class SelfManagedCertificate:
         self.settings = settings
         self.namespace = namespace
         self.cert_dir = Path(cert_dir)
-        self.hosts = certs.service_hosts(settings.webhook_service_name, namespace, advertise_host)
+        self.hosts = tls_certificates.service_hosts(settings.webhook_service_name, namespace, advertise_host)
         self.leading = leading
         self.on_files_changed = on_files_changed
         self.now = now
@@ -131,7 +135,7 @@ class SelfManagedCertificate:
 
     def _renewed(self, secret: Obj | None) -> dict[str, bytes] | None:
         s = self.settings
-        return certs.renewed(
+        return tls_certificates.renewed(
             _decode(secret),
             hosts=self.hosts,
             ca_name=f"{s.webhook_service_name}-webhook-ca",
@@ -191,7 +195,7 @@ class SelfManagedCertificate:
 
     async def inject(self, secret: Obj) -> bool:
         """Write the Secret's ``ca.crt`` into every webhook's caBundle where it differs; True if it did."""
-        bundle = (secret.get("data") or {}).get(certs.CA_CERT)
+        bundle = (secret.get("data") or {}).get(tls_certificates.CA_CERT)
         if not bundle:
             return False
         wrote = False
@@ -221,11 +225,14 @@ class SelfManagedCertificate:
     def write_files(self, secret: Obj) -> bool:
         """``tls.crt`` and ``tls.key`` where the webhook server reads them, if they changed."""
         data = _decode(secret) or {}
-        cert, key = data.get(certs.TLS_CERT), data.get(certs.TLS_KEY)
+        cert, key = data.get(tls_certificates.TLS_CERT), data.get(tls_certificates.TLS_KEY)
         if not cert or not key:
             return False
         self.cert_dir.mkdir(parents=True, exist_ok=True)
-        cert_path, key_path = self.cert_dir / certs.TLS_CERT, self.cert_dir / certs.TLS_KEY
+        cert_path, key_path = (
+            self.cert_dir / tls_certificates.TLS_CERT,
+            self.cert_dir / tls_certificates.TLS_KEY,
+        )
         try:
             if cert_path.read_bytes() == cert and key_path.read_bytes() == key:
                 return False

@@ -2,8 +2,8 @@
 
 - ``write_self_signed``: a certificate for a run that has none (the demo, the sandbox, a test).
 - ``renewed``: what the operator's own certificate Secret should hold (``certManagement``; its
-  I/O is ``controller/certificate.py``): a CA and a serving certificate, each renewed when a third
-  of its lifetime is left.
+  I/O is ``controller/certificate_secret.py``): a CA and a serving certificate, each renewed when
+  a third of its lifetime is left.
 - ``CertificateReloader``: files renewed in place (cert-manager's, the user's, the operator's own)
   loaded into the running server's TLS context.
 """

@@ -1,0 +1,118 @@
+"""From what the watches report to which TrainJobs to reconcile.
+
+The reflectors (``controller/informer.py``) hand their listings and watch events to a
+:class:`Router`: it keeps the cache current and queues the TrainJob each change concerns (the
+TrainJob itself, the owner of a child, the TrainJobs waiting for a runtime that arrived). This is
+kept apart from the process that runs it (``controller/operator.py``): routing needs only the
+cache and the work queue, and is tested with nothing running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from trainer.api import constants as c
+from trainer.api.objects import Obj
+from trainer.controller.cache import Cache, owner_trainjob
+from trainer.controller.reconciler import WorkQueue
+from trainer.controller.resources import WATCHED, Resource, Role
+
+logger = logging.getLogger("trainer.operator")
+
+
+@dataclass
+class Router:
+    """The reflectors' sink (``informer.Sink``): the cache fed, the concerned TrainJobs queued."""
+
+    cache: Cache
+    queue: WorkQueue
+    namespaces: Collection[str] = ()  # the namespaces served; none: the whole cluster
+
+    def scopes(self) -> list[tuple[Resource, str | None]]:
+        """What is listed and watched: each resource in each namespace served, or cluster-wide."""
+        namespaces: list[str | None] = list(self.namespaces) or [None]
+        return [
+            (resource, ns)
+            for resource in WATCHED
+            for ns in (namespaces if resource.type.namespaced else [None])
+        ]
+
+    def queue_all(self) -> None:
+        """Queue every TrainJob the cache holds."""
+        for key in list(self.cache.trainjobs):
+            self.queue.add(key)
+
+    async def resync(self, period: float) -> None:
+        """Reconcile every TrainJob now and then, as controller-runtime's SyncPeriod does: what no
+        watch event told (a change the operator missed, a bug's leftover) is corrected. A TrainJob
+        whose world is as it should be costs no write."""
+        while True:
+            await asyncio.sleep(period * random.uniform(0.9, 1.1))  # its jitter, too
+            logger.debug("resync: reconciling %d TrainJobs", len(self.cache.trainjobs))
+            self.queue_all()
+
+    def listed(
+        self, resource: Resource, namespace: str | None, items: list[Obj], resource_version: str
+    ) -> None:
+        """A LIST (at start-up, or after a watch the server could not resume): the cache takes it
+        as the whole truth of its scope, and the TrainJobs of what changed or vanished are queued."""
+        typed = [_typed(item, resource) for item in items]
+        label = c.TRAINJOB_NAME_LABEL if resource.labelled else None
+        changed, gone = self.cache.replace(
+            resource.kind, resource.type.group, namespace, typed, resource_version, label=label
+        )
+        for obj in gone:
+            self._concerns(resource, obj, deleted=True)
+        for obj in changed:
+            self._concerns(resource, obj, deleted=False)
+
+    def changed(self, resource: Resource, type_: str, obj: Obj) -> None:
+        """A watch event: keep the cache current and queue the TrainJobs the change concerns."""
+        obj = _typed(obj, resource)
+        meta = obj["metadata"]
+        deleted = type_ == "DELETED"
+        if deleted:
+            self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
+        else:
+            self.cache.observe(obj)
+        self._concerns(resource, obj, deleted=deleted)
+
+    def _concerns(self, resource: Resource, obj: Obj, *, deleted: bool) -> None:
+        meta = obj["metadata"]
+        match resource.role:
+            case Role.TRAINJOB:
+                if not deleted:
+                    self.queue.add((meta.get("namespace") or "default", meta["name"]))
+            case Role.RUNTIME:
+                if not deleted:
+                    self._runtime_arrived(obj)
+            case Role.CHILD:
+                owner = owner_trainjob(obj)
+                if owner is not None:
+                    self.queue.add(owner)
+
+    def _runtime_arrived(self, runtime: Obj) -> None:
+        """A TrainJob waiting for this runtime (no snapshot yet) can go on now."""
+        meta = runtime["metadata"]
+        for key, trainjob in list(self.cache.trainjobs.items()):
+            ref = trainjob.get("spec", {}).get("runtimeRef") or {}
+            if (
+                ref.get("name") != meta["name"]
+                or (ref.get("kind") or c.CLUSTER_TRAINING_RUNTIME_KIND) != runtime["kind"]
+            ):
+                continue
+            if runtime["kind"] == c.TRAINING_RUNTIME_KIND and key[0] != meta.get("namespace"):
+                continue
+            if self.cache.get("ConfigMap", key[0], key[1] + c.RUNTIME_SNAPSHOT_SUFFIX) is None:
+                self.queue.add(key)
+
+
+def _typed(obj: Obj, resource: Resource) -> Obj:
+    """Lists and watch events may leave out each item's apiVersion and kind; the cache needs them."""
+    obj.setdefault("apiVersion", resource.api_version)
+    obj.setdefault("kind", resource.kind)
+    return obj

@@ -1,0 +1,102 @@
+"""The admission webhooks: a validator and a defaulter for each kind of our API, served by kopf.
+
+The rules are admission's (``trainer.admission``); here they are given the cache and the
+framework, and their answers are put the way kopf returns them to the API server. kopf's webhook
+server, its certificate and the configurations it manages are the process's
+(``controller/operator.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import cast
+
+import kopf
+
+from trainer.api import constants as c
+from trainer.api.objects import Obj
+from trainer.apimachinery.errors import AdmissionError
+from trainer.controller.cache import Cache
+from trainer.controller.reconciler import utc_now
+from trainer.controller.resources import WATCHED
+from trainer.runtime import framework as fw
+
+
+@dataclass
+class Webhooks:
+    cache: Cache
+    framework: fw.Framework
+
+    def validate(self, body: kopf.Body, old: kopf.Body | None, warnings: list[str]) -> None:
+        """The validating webhook. The API server checked the CRD schema and its CEL rules before
+        calling it, so only the rules no CRD states run here (``Mode.WEBHOOK``)."""
+        from trainer.admission.admit import Mode, admit
+
+        obj = _plain(body)
+        try:
+            _, found = admit(
+                obj,
+                _plain(old) if old is not None else None,
+                self.cache,
+                self.framework,
+                utc_now(),
+                mode=Mode.WEBHOOK,
+            )
+        except AdmissionError as exc:
+            warnings.extend(exc.warnings)
+            raise kopf.AdmissionError(_admission_message(exc), code=403) from exc
+        warnings.extend(found)
+
+    def default(self, body: kopf.Body, old: kopf.Body | None, patch: kopf.Patch) -> None:
+        """The defaulting webhook: kopf diffs what ``default_object`` changes into a JSON patch."""
+        from trainer.admission.admit import default_object
+
+        stored = _plain(old) if old is not None else None
+        now = utc_now()
+        # kopf hands each function a deep copy of the body made of plain dicts and lists.
+        patch.fns.append(lambda obj: default_object(cast(Obj, obj), stored, now))
+
+    def register(self, registry: kopf.OperatorRegistry) -> None:
+        """A validator and a defaulter for each kind of our API. The defaulters write numbers given
+        for quantities as quantity strings, runtimes included (docs/decisions.md §9), and stamp each
+        TrainJob runtime patch with the time it last changed."""
+
+        # Coroutines: kopf would run a plain function in a thread pool, reading the cache while
+        # the loop's watch events (controller/informer.py) change it. kopf passes every handler
+        # many keyword arguments; each takes the ones it needs.
+        async def _validate(
+            *, body: kopf.Body, warnings: list[str], old: kopf.Body | None = None, **_: object
+        ) -> None:
+            self.validate(body, old, warnings)
+
+        async def _default(
+            *, body: kopf.Body, patch: kopf.Patch, old: kopf.Body | None = None, **_: object
+        ) -> None:
+            self.default(body, old, patch)
+
+        for resource in WATCHED:
+            rtype = resource.type
+            if rtype.group != c.GROUP:
+                continue
+            for register, handler, prefix in (
+                (kopf.on.validate, _validate, "validator"),
+                (kopf.on.mutate, _default, "defaulter"),
+            ):
+                register(
+                    rtype.group,
+                    rtype.version,
+                    rtype.plural,
+                    registry=registry,
+                    id=f"{prefix}.{resource.kind.lower()}",
+                    operations=["CREATE", "UPDATE"],
+                )(handler)
+
+
+def _plain(body: kopf.Body) -> Obj:
+    return copy.deepcopy(dict(body))
+
+
+def _admission_message(exc: AdmissionError) -> str:
+    lines = [str(e) for e in exc.errors]
+    return lines[0] if len(lines) == 1 else "[" + ", ".join(lines) + "]"
