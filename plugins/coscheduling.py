@@ -7,7 +7,16 @@ pods and how many resources the whole gang needs (docs/upstream-behaviour.md §c
 
 from __future__ import annotations
 
-from trainer.plugin import CoschedulingPolicy, Info, Obj, TrainingRuntimeSpec, gang_totals, hookimpl
+from trainer.plugin import (
+    Builds,
+    CoschedulingPolicy,
+    Info,
+    Kind,
+    Obj,
+    TrainingRuntimeSpec,
+    gang_totals,
+    hookimpl,
+)
 
 POD_GROUP_API_VERSION = "scheduling.x-k8s.io/v1alpha1"
 POD_GROUP_KIND = "PodGroup"
@@ -16,6 +25,8 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 
 class CoSchedulingPlugin:
     name = "CoScheduling"
+    # Its PodGroup CRD comes with scheduler-plugins, which a cluster may not have.
+    kinds = (Builds(Kind(POD_GROUP_API_VERSION, POD_GROUP_KIND, "podgroups"), optional=True),)
 
     def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
         return spec.pod_group_policy is not None and spec.pod_group_policy.coscheduling is not None

@@ -16,6 +16,9 @@ from functools import cache
 from typing import Any
 
 from trainer.plugin import (
+    CONFIG_MAP,
+    SECRET,
+    Builds,
     FieldError,
     FluxPolicy,
     Info,
@@ -54,6 +57,11 @@ DEFAULT_SETTINGS = {
 
 class FluxPlugin:
     name = "Flux"
+    # The entrypoint script, and the CURVE certificate: written once, never rewritten.
+    kinds = (
+        Builds(CONFIG_MAP, label=c.TRAINJOB_NAME_LABEL),
+        Builds(SECRET, label=c.TRAINJOB_NAME_LABEL, patch=False),
+    )
 
     def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
         return spec.ml_policy is not None and spec.ml_policy.flux is not None

@@ -9,10 +9,12 @@ from __future__ import annotations
 import re
 
 from trainer.plugin import (
+    Builds,
     Endpoints,
     Facts,
     FieldError,
     Info,
+    Kind,
     Obj,
     PodSet,
     TrainingRuntimeSpec,
@@ -36,6 +38,8 @@ _ENVLESS_CONTAINERS = (c.DATASET_INITIALIZER, c.MODEL_INITIALIZER, c.NODE)
 
 class JobSetPlugin:
     name = "JobSet"
+    # The render core deletes the JobSet when the TrainJob's active deadline passes.
+    kinds = (Builds(Kind(c.JOBSET_API_VERSION, c.JOBSET_KIND, "jobsets"), delete=True),)
 
     def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
         return True

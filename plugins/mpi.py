@@ -15,6 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainer.plugin import (
+    CONFIG_MAP,
+    SECRET,
+    Builds,
     FieldError,
     Info,
     MPIPolicy,
@@ -104,6 +107,11 @@ IMPLEMENTATIONS: dict[str, Implementation] = {
 
 class MPIPlugin:
     name = "MPI"
+    # The hostfile, and the SSH keys: made once, never rewritten (an existing Secret is used).
+    kinds = (
+        Builds(CONFIG_MAP, label=c.TRAINJOB_NAME_LABEL),
+        Builds(SECRET, label=c.TRAINJOB_NAME_LABEL, patch=False),
+    )
 
     def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
         return spec.ml_policy is not None and spec.ml_policy.mpi is not None

@@ -11,6 +11,8 @@ plugin is loaded only when the gate is on.
 from __future__ import annotations
 
 from trainer.plugin import (
+    CONFIG_MAP,
+    Builds,
     Info,
     Obj,
     PluginError,
@@ -29,6 +31,7 @@ c = constants
 
 class TrainJobStatusPlugin:
     name = "TrainJobStatus"
+    kinds = (Builds(CONFIG_MAP, label=c.TRAINJOB_NAME_LABEL),)  # the status server's CA, for the pods
 
     def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
         return False  # a runtime renders correctly without progress reporting

@@ -8,9 +8,12 @@ class of the pods and the network topology constraint (docs/upstream-behaviour.m
 from __future__ import annotations
 
 from trainer.plugin import (
+    Builds,
     FieldError,
     Info,
+    Kind,
     Obj,
+    Reads,
     TrainingRuntimeSpec,
     ValidationContext,
     VolcanoPolicy,
@@ -23,12 +26,18 @@ POD_GROUP_API_VERSION = "scheduling.volcano.sh/v1beta1"
 POD_GROUP_KIND = "PodGroup"
 GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
+PRIORITY_CLASS = Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)
 # Priority classes every cluster has; Volcano accepts them without a PriorityClass object.
 SYSTEM_PRIORITY_CLASSES = ("system-cluster-critical", "system-node-critical")
 
 
 class VolcanoPlugin:
     name = "Volcano"
+    # Its PodGroup CRD comes with Volcano; admission checks that the pods' PriorityClass exists.
+    kinds = (
+        Builds(Kind(POD_GROUP_API_VERSION, POD_GROUP_KIND, "podgroups"), optional=True),
+        Reads(PRIORITY_CLASS),
+    )
 
     def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
         return spec.pod_group_policy is not None and spec.pod_group_policy.volcano is not None

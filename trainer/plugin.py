@@ -35,6 +35,7 @@ from trainer.runtime.info import (
     StatusServer,
     ValidationContext,
 )
+from trainer.runtime.kinds import CONFIG_MAP, SECRET, Builds, Kind, Reads
 from trainer.runtime.podspec import (
     canonical_jobset_quantities,
     env_field_ref,
@@ -47,6 +48,9 @@ from trainer.runtime.podspec import (
 )
 
 __all__ = [
+    "CONFIG_MAP",
+    "SECRET",
+    "Builds",
     "CoschedulingPolicy",
     "Endpoints",
     "Facts",
@@ -54,12 +58,14 @@ __all__ = [
     "FluxPolicy",
     "Info",
     "JAXPolicy",
+    "Kind",
     "MLPolicy",
     "MPIPolicy",
     "Obj",
     "PluginError",
     "PodGroupPolicy",
     "PodSet",
+    "Reads",
     "StatusServer",
     "TorchPolicy",
     "TrainingRuntimeSpec",

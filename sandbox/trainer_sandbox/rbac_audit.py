@@ -1,12 +1,12 @@
-"""The operator's RBAC, derived from what it did: audit records in, ClusterRole rules out.
+"""The operator's RBAC as the audit log shows it: audit records in, permissions and rules out.
 
-The chart's ClusterRole is exactly the set of API calls the operator made during the chart's
+The chart's ClusterRole is derived from what the operator and its plugins declare they read and
+build (``charts/tools/sync_chart.py``); this reads what the operator really did in the chart's
 audited test run (``tests/chart``), plus the permissions the API server's admission checks imply
 for what it wrote (an ownerReference with ``blockOwnerDeletion`` needs ``update`` on the owner's
 ``finalizers`` subresource where OwnerReferencesPermissionEnforcement is enabled; a server-side
 apply that creates its object, audited as a ``patch`` answered 201, needs ``create`` as well). A
-test fails when the two differ in either direction; ``charts/tools/derive_rbac.py`` rewrites the
-ClusterRole from a fresh run.
+test fails when the two differ in either direction; ``charts/tools/audit_rbac.py`` prints both.
 
 A permission here is one ``(apiGroup, resource, verb)`` triple, ``resource`` being
 ``plural`` or ``plural/subresource``. Rules are grouped the way a reviewer reads them: one rule per

@@ -14,8 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import audit_rbac
 import chart_harness as h
-import derive_rbac
 import helm_python as helm
 import pytest
 import yaml
@@ -23,6 +23,9 @@ from trainer_sandbox import rbac_audit
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.backends import Cluster
+
+from trainer.controller.config import Configuration
+from trainer.controller.operator import Operator
 
 Obj = dict[str, Any]
 
@@ -119,7 +122,7 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
     cluster_binding, lease_binding = sorted(bound, key=lambda b: str(b["kind"]))
     role = h.one(release.objects, "ClusterRole", cluster_binding["roleRef"]["name"])
     granted = rbac_audit.permissions_from_rules(role["rules"])
-    used, lease_used = derive_rbac.split(h.operator_permissions(scenario, user))
+    used, lease_used = audit_rbac.split(h.operator_permissions(scenario, user))
     # The leader election Lease: in the release namespace only, by a Role of exactly its calls.
     lease_role = h.one(release.objects, "Role", lease_binding["roleRef"]["name"])
     assert lease_role["metadata"]["namespace"] == lease_binding["metadata"]["namespace"] == h.NAMESPACE
@@ -140,10 +143,8 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
     assert not unused, "the ClusterRole grants what the operator never used:\n" + "\n".join(
         rbac_audit.describe(unused)
     )
-    # And the template is exactly what charts/tools/derive_rbac.py writes for these permissions.
-    assert derive_rbac.TEMPLATE.read_text() == derive_rbac.template(used), (
-        "run python charts/tools/derive_rbac.py"
-    )
+    # And the ClusterRole is what the enabled plugins declare (charts/tools/sync_chart.py writes it).
+    assert granted == Operator(config=Configuration()).resources.permissions()
 
 
 CERTIFICATE_RBAC = "kubeflow-trainer-webhook-certificate"
@@ -168,12 +169,11 @@ def test_certificate_rbac_is_by_name_and_used(release: h.Installed, scenario: h.
         for name in rule["resourceNames"]
         for verb in rule["verbs"]
     }
-    assert {(g, r, v) for g, r, _, v in granted} == derive_rbac.CERTIFICATE
+    assert {(g, r, v) for g, r, _, v in granted} == audit_rbac.CERTIFICATE
     used = {
         (r.group, r.resource, r.name, r.verb)
         for r in scenario.audit
-        if r.user == user
-        and (r.resource, r.verb) in {(res, verb) for _, res, verb in derive_rbac.CERTIFICATE}
+        if r.user == user and (r.resource, r.verb) in {(res, verb) for _, res, verb in audit_rbac.CERTIFICATE}
     }
     assert used, "the operator never read its certificate Secret or wrote a caBundle"
     assert used <= granted, f"calls outside the certificate's grants: {sorted(used - granted)}"

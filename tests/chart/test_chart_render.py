@@ -342,6 +342,33 @@ def test_no_rbac_rule_has_a_wildcard(rendered: dict[str, list[Obj]]) -> None:
                     assert not any("*" in v for v in rule.get(field) or []), (role["metadata"]["name"], rule)
 
 
+@pytest.mark.parametrize(
+    "config",
+    [
+        {},
+        {"plugins": {"disabled": ["Volcano"]}},
+        {"plugins": {"disabled": ["MPI", "Flux", "CoScheduling", "Volcano"]}},
+        {"featureGates": {"TrainJobStatus": True}},
+    ],
+    ids=["default", "no-volcano", "no-gangs-no-keys", "status-gate"],
+)
+def test_the_cluster_role_grants_what_the_enabled_plugins_declare(config: Obj) -> None:
+    """The ClusterRole is derived from the plugins: whatever the configuration turns off is not
+    granted, and it is the same table the operator watches and writes (controller/resources.py)."""
+    from trainer_sandbox import rbac_audit
+
+    from trainer.controller.resources import Resources
+
+    objects = h.render({"manager": {"config": config}})
+    granted = rbac_audit.permissions_from_rules(
+        h.one(objects, "ClusterRole", "kubeflow-trainer-controller-manager")["rules"]
+    )
+    operator = Operator(config=Configuration.model_validate(config))
+    assert granted == operator.resources.permissions() == Resources.of(operator.framework).permissions()
+    if "Volcano" in (config.get("plugins") or {}).get("disabled", []):
+        assert not any(resource == "priorityclasses" for _, resource, _ in granted)
+
+
 # --- names and wiring ---------------------------------------------------------------------------
 
 

@@ -20,9 +20,20 @@ from trainer.controller.client import ApiClient
 from trainer.controller.config import Configuration
 from trainer.controller.informer import Informer, Reflector
 from trainer.controller.operator import Operator, login
-from trainer.controller.resources import CONFIGMAPS, COSCHEDULING_PODGROUPS, Resource
+from trainer.controller.resources import TRAINJOBS, Resource, Resources
+from trainer.runtime import framework as fw
 
 NS = "default"
+
+
+def _watched(kind: str, group: str = "") -> Resource:
+    """The resource the default operator watches for a kind (the plugins declare it)."""
+    return next(r for r in Resources.of(fw.default()).watched if r.kind == kind and r.type.group == group)
+
+
+CONFIGMAPS = _watched("ConfigMap")
+COSCHEDULING_PODGROUPS = _watched("PodGroup", "scheduling.x-k8s.io")
+JOBSETS = _watched("JobSet", "jobset.x-k8s.io")
 
 
 @pytest.fixture
@@ -60,7 +71,7 @@ class Recorder:
             namespace,
             items,
             resource_version,
-            label=c.TRAINJOB_NAME_LABEL if resource.labelled else None,
+            label=resource.label,
         )
         self.lists.append((sorted(i["metadata"]["name"] for i in items), resource_version))
         self.gone.extend(o["metadata"]["name"] for o in gone)
@@ -289,8 +300,6 @@ def test_a_relist_queues_the_owners_of_what_vanished_or_changed() -> None:
     jobset = _obj("JobSet", "tj", 5, group="jobset.x-k8s.io")
     jobset["metadata"]["ownerReferences"] = owner
     operator.cache.observe(jobset)
-    from trainer.controller.resources import JOBSETS, TRAINJOBS
-
     operator.router.listed(TRAINJOBS, NS, [dict(trainjob)], "20")
     assert operator.queue.idle, "an unchanged TrainJob in a new LIST is not queued"
     operator.router.listed(JOBSETS, NS, [], "20")

@@ -1,4 +1,6 @@
-"""The watched resources are one table: whatever the render core builds can be written and is watched."""
+"""The watched resources are one table derived from the plugins: what the render core builds can
+be written and is watched, what a plugin reads is cached, and a disabled plugin's kinds are none
+of these."""
 
 from __future__ import annotations
 
@@ -7,11 +9,22 @@ import pytest
 from kopf._cogs.structs.references import Resource as KopfResource
 from render_helpers import Obj, render, replicated_job, runtime, trainjob
 
+from trainer.api import constants as c
 from trainer.controller.client import ApiClient
 from trainer.controller.config import Configuration
 from trainer.controller.informer import Informer
 from trainer.controller.operator import Operator
-from trainer.controller.resources import WATCHED, WRITABLE, Role, resource_of
+from trainer.controller.resources import (
+    OWN,
+    DeclarationConflict,
+    Resources,
+    Role,
+    UndeclaredKind,
+)
+from trainer.runtime import framework as fw
+from trainer.runtime.kinds import Builds, Kind, Reads
+
+DEFAULT = Resources.of(fw.default())
 
 
 def _children(policy: Obj, ml_policy: Obj) -> list[Obj]:
@@ -30,29 +43,116 @@ def test_every_child_the_render_core_builds_is_written_and_watched(scheduler: st
     children = _children({scheduler: {}}, {"numNodes": 2, "mpi": {}})
     kinds = {o["kind"] for o in children}
     assert {"JobSet", "ConfigMap", "Secret", "PodGroup"} <= kinds, kinds
-    watched = {(r.api_version, r.kind) for r in WATCHED if r.role is Role.CHILD}
+    watched = {(r.api_version, r.kind) for r in DEFAULT.watched if r.role is Role.CHILD}
     for obj in children:
-        assert resource_of(obj) is WRITABLE[(obj["apiVersion"], obj["kind"])]
+        assert DEFAULT.resource_of(obj) is DEFAULT.writable[(obj["apiVersion"], obj["kind"])].type
         assert (obj["apiVersion"], obj["kind"]) in watched
 
 
-def test_watch_ids_are_unique_and_only_our_labelled_kinds_are_filtered_by_the_server() -> None:
-    assert len({r.type.name for r in WATCHED}) == len(WATCHED)
+def test_the_table_is_what_the_enabled_plugins_declare() -> None:
+    table = {(r.type.group, r.type.plural): r for r in DEFAULT.watched}
+    assert sorted(table) == sorted(
+        [
+            (c.GROUP, "trainjobs"),
+            (c.GROUP, "trainingruntimes"),
+            (c.GROUP, "clustertrainingruntimes"),
+            ("", "configmaps"),  # the core's snapshot, MPI's hostfile, Flux's entrypoint
+            ("jobset.x-k8s.io", "jobsets"),
+            ("", "secrets"),  # MPI's and Flux's keys
+            ("scheduling.x-k8s.io", "podgroups"),
+            ("scheduling.volcano.sh", "podgroups"),
+            ("scheduling.k8s.io", "priorityclasses"),  # read by Volcano's admission
+        ]
+    )
+    assert table[("scheduling.k8s.io", "priorityclasses")].role is Role.FACT
+    assert not table[("scheduling.k8s.io", "priorityclasses")].type.namespaced
+    assert table[("", "secrets")].patch is False, "keys are written once"
+    assert table[("jobset.x-k8s.io", "jobsets")].delete
+    assert table[("scheduling.volcano.sh", "podgroups")].optional
+    # Without Volcano, nobody reads PriorityClasses or builds Volcano's PodGroups: neither is
+    # watched, written nor granted.
+    without = Resources.of(fw.load(fw.PluginConfig(disabled=frozenset({"Volcano"}))))
+    kept = {(r.type.group, r.type.plural) for r in without.watched}
+    assert kept == set(table) - {
+        ("scheduling.k8s.io", "priorityclasses"),
+        ("scheduling.volcano.sh", "podgroups"),
+    }
+    assert not any(group == "scheduling.volcano.sh" for group, _, _ in without.permissions())
+
+
+def test_an_undeclared_kind_cannot_be_written() -> None:
+    pod_group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": "x"}}
+    without = Resources.of(fw.load(fw.PluginConfig(disabled=frozenset({"Volcano"}))))
+    with pytest.raises(
+        UndeclaredKind, match=r"PodGroup \(scheduling.volcano.sh/v1beta1\) is built but no enabled"
+    ):
+        without.resource_of(pod_group)
+    read_only = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "x"}}
+    with pytest.raises(UndeclaredKind):
+        DEFAULT.resource_of(read_only)
+
+
+WIDGET = Kind("example.com/v1", "Widget", "widgets")
+
+
+def test_declarations_of_one_kind_merge() -> None:
+    merged = Resources(
+        [
+            ("A", Reads(WIDGET, label="x")),
+            ("B", Builds(WIDGET, label="x", patch=False, optional=True)),
+            ("C", Builds(WIDGET, label="x", delete=True, optional=True)),
+        ]
+    )
+    (widget,) = [r for r in merged.watched if r.kind == "Widget"]
+    assert (widget.role, widget.label, widget.optional, widget.patch, widget.delete) == (
+        Role.CHILD,
+        "x",
+        False,  # A needs it: a missing API is an error
+        True,
+        True,
+    )
+    # One declaration without the label: the server can no longer filter for the others.
+    unfiltered = Resources([("A", Builds(WIDGET, label="x")), ("B", Reads(WIDGET))])
+    assert [r.label for r in unfiltered.watched if r.kind == "Widget"] == [None]
+    with pytest.raises(DeclarationConflict, match=r"B declares Widget .* as 'gadgets'"):
+        Resources([("A", Reads(WIDGET)), ("B", Reads(Kind("example.com/v1", "Widget", "gadgets")))])
+
+
+def test_rights_follow_the_declarations() -> None:
+    table = Resources(
+        [("P", Reads(WIDGET)), ("Q", Builds(Kind("example.com/v1", "Gadget", "gadgets"), patch=False))]
+    )
+    declared = table.permissions() - Resources([]).permissions()
+    assert declared == {
+        ("example.com", "widgets", "list"),
+        ("example.com", "widgets", "watch"),
+        ("example.com", "gadgets", "list"),
+        ("example.com", "gadgets", "watch"),
+        ("example.com", "gadgets", "create"),
+    }
+
+
+def test_watch_ids_are_unique_and_only_labelled_kinds_are_filtered_by_the_server() -> None:
+    assert len({r.type.name for r in DEFAULT.watched}) == len(DEFAULT.watched)
     operator = Operator(config=Configuration())
     informer = Informer(ApiClient("https://127.0.0.1:1"), operator.router.scopes(), operator.router)
     for reflector in informer.reflectors:
         r = reflector.resource
         assert reflector._params() == ({"labelSelector": r.label_selector} if r.labelled else {}), r
-    assert {r.kind for r in WATCHED if r.labelled} == {"ConfigMap", "Secret"}
+    assert {r.kind for r in DEFAULT.watched if r.labelled} == {"ConfigMap", "Secret"}
 
 
 def test_each_watched_resource_is_listed_and_watched_once_per_namespace() -> None:
     scopes = Operator(config=Configuration(), namespaces=("a", "b")).router.scopes()
     assert sorted((r.type.name, ns or "") for r, ns in scopes) == sorted(
-        (r.type.name, ns) for r in WATCHED for ns in (("a", "b") if r.type.namespaced else ("",))
+        (r.type.name, ns) for r in DEFAULT.watched for ns in (("a", "b") if r.type.namespaced else ("",))
     )
     everywhere = Operator(config=Configuration()).router.scopes()
-    assert [(r, ns) for r, ns in everywhere] == [(r, None) for r in WATCHED]
+    assert [(r, ns) for r, ns in everywhere] == [(r, None) for r in DEFAULT.watched]
+    disabled = Operator(
+        config=Configuration.model_validate({"plugins": {"disabled": ["Volcano", "CoScheduling"]}})
+    )
+    assert "PodGroup" not in {r.kind for r, _ in disabled.router.scopes()}
 
 
 def test_kopf_watches_nothing_and_our_kinds_have_webhooks() -> None:
@@ -61,12 +161,9 @@ def test_kopf_watches_nothing_and_our_kinds_have_webhooks() -> None:
     assert list(registry._watching.get_all_handlers()) == []
     settings = kopf.OperatorSettings()
     Operator(config=Configuration.model_validate({"webhook": {"enabled": False}})).configure(settings)
-    for r in WATCHED:
+    for r in DEFAULT.watched:
         kopf_resource = KopfResource(group=r.type.group, version=r.type.version, plural=r.type.plural)
         assert list(settings.watching.label_selectors.collect(kopf_resource)) == []
     webhooks = {h.id for h in registry._webhooks.get_all_handlers()}
-    assert webhooks == {
-        f"{prefix}.{kind.lower()}"
-        for kind in ("TrainJob", "TrainingRuntime", "ClusterTrainingRuntime")
-        for prefix in ("validator", "defaulter")
-    }
+    assert webhooks == {f"{prefix}.{r.kind.lower()}" for r in OWN for prefix in ("validator", "defaulter")}
+    assert {r.kind for r in OWN} == {"TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"}

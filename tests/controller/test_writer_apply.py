@@ -12,7 +12,9 @@ import pytest
 from trainer.api.objects import Obj
 from trainer.controller.cache import Cache
 from trainer.controller.client import ApiError, ResourceType
+from trainer.controller.resources import Resources
 from trainer.controller.writer import FIELD_MANAGER, StaleCache, Writer, WriteReport
+from trainer.runtime import framework as fw
 
 OWNER = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "name": "tj", "uid": "u1"}
 
@@ -90,7 +92,7 @@ class RecordingClient:
 
 def _write(client: RecordingClient, cache: Cache, desired: list[Obj]) -> WriteReport:
     report = WriteReport()
-    writer = Writer(client, cache)  # type: ignore[arg-type]
+    writer = Writer(client, cache, Resources.of(fw.default()))  # type: ignore[arg-type]
     asyncio.run(writer.apply(copy.deepcopy(desired), report))
     return report
 

@@ -37,7 +37,7 @@ from trainer.controller.informer import Informer
 from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_wait
 from trainer.controller.metrics import Metrics
 from trainer.controller.reconciler import Reconciler, WorkQueue
-from trainer.controller.resources import CRDS, JOBSETS
+from trainer.controller.resources import CRDS, JOBSETS, Resources
 from trainer.controller.routing import Router
 from trainer.controller.status_server import NotServing
 from trainer.controller.status_server import Server as StatusServerApp
@@ -47,7 +47,7 @@ from trainer.runtime import framework as fw
 
 logger = logging.getLogger("trainer.operator")
 
-JOBSET_CRD = JOBSETS.type.name
+JOBSET_CRD = JOBSETS.name
 LOGIN_RETRY_SECONDS = 10  # kopf tries a failed login again after this long
 KOPF_FILE_CHECK_SECONDS = 10 * 365 * 86400.0  # never, in effect
 
@@ -132,6 +132,7 @@ class Operator:
     # Exists from the start, so a watch event that comes before the workers is kept, not lost.
     queue: WorkQueue = field(default_factory=WorkQueue)
     framework: fw.Framework = field(init=False)
+    resources: Resources = field(init=False)  # what is watched and written: the plugins' kinds
     router: Router = field(init=False)  # the watches' sink: cache fed, TrainJobs queued
     webhooks: Webhooks = field(init=False)
     serve_metrics: bool = True
@@ -151,7 +152,8 @@ class Operator:
                 feature_gates=dict(self.config.feature_gates),
             )
         )
-        self.router = Router(self.cache, self.queue, self.namespaces)
+        self.resources = Resources.of(self.framework)
+        self.router = Router(self.cache, self.queue, self.resources, self.namespaces)
         self.webhooks = Webhooks(self.cache, self.framework)
 
     # --- lifecycle ---
@@ -203,7 +205,7 @@ class Operator:
         recorder = events.Recorder(events_client)
         recorder.start()
         reconciler = Reconciler(
-            reconciler_client, self.cache, self.framework, self.metrics, recorder, self.queue
+            reconciler_client, self.cache, self.framework, self.resources, self.metrics, recorder, self.queue
         )
         self.running = running = Running(
             credentials, client, recorder, reconciler, informer, elector=elector, certificate=certificate

@@ -22,6 +22,7 @@ from trainer.controller import events
 from trainer.controller.cache import Cache, TrainJobKey
 from trainer.controller.client import ApiClient, ApiError, Throttled
 from trainer.controller.metrics import Metrics, framework_of
+from trainer.controller.resources import Resources
 from trainer.controller.writer import StaleCache, Writer, WriteReport
 from trainer.runtime import conditions as cond
 from trainer.runtime.framework import Framework
@@ -122,6 +123,7 @@ class Reconciler:
         client: ApiClient,
         cache: Cache,
         framework: Framework,
+        resources: Resources,
         metrics: Metrics,
         recorder: events.Recorder,
         queue: WorkQueue,
@@ -131,7 +133,7 @@ class Reconciler:
         self.cache = cache
         self.framework = framework
         self.metrics = metrics
-        self.writer = Writer(client, cache)
+        self.writer = Writer(client, cache, resources)
         self.queue = queue
         # TrainJob key -> uid of the TrainJob whose JobSet creation was counted: a JobSet
         # re-created for a running TrainJob is not another TrainJob created (nor a sample of the

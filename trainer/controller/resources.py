@@ -1,20 +1,28 @@
-"""The resources the operator watches, caches and writes, named once.
+"""The resources the operator watches, caches and writes, and the rights they take.
 
-Everything else is derived from ``WATCHED``: the kopf watches and the label selectors the API
-server applies to them, the LIST that fills the cache at start-up, the webhooks (for the kinds of
-our own API group), and ``WRITABLE``, the writer's way from an object's apiVersion and kind to its
-API path. A kind added here is watched, primed and writable at once; one left out is none of
-these, which a test checks against the kinds the plugins build.
+The operator's own kinds (TrainJobs, the two runtime kinds, Events, the CRD it checks at start)
+are named here. Every other kind comes from declarations: the render core's and each enabled
+plugin's ``kinds`` (``trainer/runtime/kinds.py``). :class:`Resources` turns them into one table,
+from which everything else is derived: the reflectors and the label selectors the API server
+applies to them, the LIST that fills the cache at start-up, the webhooks (for the kinds of our
+own API group), the writer's way from an object's apiVersion and kind to its API path, and the
+RBAC rules the chart grants (``charts/tools/sync_chart.py`` writes them, a test compares). A kind
+no enabled plugin declares is neither watched nor writable nor granted.
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.controller.client import ResourceType
+from trainer.runtime.framework import Framework
+from trainer.runtime.kinds import Builds, Declaration, Kind
+
+Permission = tuple[str, str, str]  # (API group, resource, verb), as an RBAC rule grants it
 
 
 class Role(enum.Enum):
@@ -23,6 +31,7 @@ class Role(enum.Enum):
     TRAINJOB = enum.auto()  # reconcile that TrainJob
     RUNTIME = enum.auto()  # reconcile the TrainJobs still waiting for this runtime
     CHILD = enum.auto()  # reconcile the TrainJob that owns it
+    FACT = enum.auto()  # nothing: the cache keeps it for the render core and admission to read
 
 
 @dataclass(frozen=True)
@@ -30,19 +39,25 @@ class Resource:
     kind: str
     type: ResourceType
     role: Role
-    # Only objects with our trainjob-name label: the API server filters, so no other ConfigMap
-    # or Secret of the cluster (keys and all) reaches the operator.
-    labelled: bool = False
+    # Only objects carrying this label key: the API server filters, so no other ConfigMap or
+    # Secret of the cluster (keys and all) reaches the operator.
+    label: str | None = None
     # Its API may not be installed (a gang scheduler): a 404 on LIST means "none", not an error.
     optional: bool = False
+    patch: bool = False  # a child that differs from what is built is patched
+    delete: bool = False  # the render core may delete it
 
     @property
     def api_version(self) -> str:
         return self.type.api_version
 
     @property
+    def labelled(self) -> bool:
+        return self.label is not None
+
+    @property
     def label_selector(self) -> str | None:
-        return c.TRAINJOB_NAME_LABEL if self.labelled else None
+        return self.label
 
 
 TRAINJOBS = Resource(c.TRAINJOB_KIND, ResourceType(c.GROUP, c.VERSION, "trainjobs"), Role.TRAINJOB)
@@ -54,36 +69,120 @@ CLUSTER_TRAINING_RUNTIMES = Resource(
     ResourceType(c.GROUP, c.VERSION, "clustertrainingruntimes", namespaced=False),
     Role.RUNTIME,
 )
-JOBSETS = Resource(c.JOBSET_KIND, ResourceType(c.JOBSET_GROUP, c.JOBSET_VERSION, "jobsets"), Role.CHILD)
-CONFIGMAPS = Resource("ConfigMap", ResourceType("", "v1", "configmaps"), Role.CHILD, labelled=True)
-SECRETS = Resource("Secret", ResourceType("", "v1", "secrets"), Role.CHILD, labelled=True)
-COSCHEDULING_PODGROUPS = Resource(
-    "PodGroup", ResourceType("scheduling.x-k8s.io", "v1alpha1", "podgroups"), Role.CHILD, optional=True
-)
-VOLCANO_PODGROUPS = Resource(
-    "PodGroup", ResourceType("scheduling.volcano.sh", "v1beta1", "podgroups"), Role.CHILD, optional=True
-)
-
-WATCHED: tuple[Resource, ...] = (
-    TRAINJOBS,
-    TRAINING_RUNTIMES,
-    CLUSTER_TRAINING_RUNTIMES,
-    JOBSETS,
-    CONFIGMAPS,
-    SECRETS,
-    COSCHEDULING_PODGROUPS,
-    VOLCANO_PODGROUPS,
-)
-# Events are written (by the recorder), never watched.
+OWN: tuple[Resource, ...] = (TRAINJOBS, TRAINING_RUNTIMES, CLUSTER_TRAINING_RUNTIMES)
+# Events are written (by the recorder), never watched; the JobSet CRD is read once, at start-up.
 EVENTS = ResourceType("", "v1", "events")
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
+JOBSETS = ResourceType(c.JOBSET_GROUP, c.JOBSET_VERSION, "jobsets")
 
-WRITABLE: dict[tuple[str, str], ResourceType] = {
-    **{(r.api_version, r.kind): r.type for r in WATCHED},
-    (EVENTS.api_version, "Event"): EVENTS,
-}
+# What the operator does with its own kinds, whatever the plugins: the TrainJobs' status, their
+# deletion when a TTL runs out, and the finalizers subresource that an ownerReference with
+# blockOwnerDeletion needs (OwnerReferencesPermissionEnforcement); kopf reads CRDs at start-up.
+OWN_PERMISSIONS: frozenset[Permission] = frozenset(
+    {
+        (c.GROUP, "trainjobs", "list"),
+        (c.GROUP, "trainjobs", "watch"),
+        (c.GROUP, "trainjobs", "delete"),
+        (c.GROUP, "trainjobs/status", "patch"),
+        (c.GROUP, "trainjobs/finalizers", "update"),
+        (c.GROUP, "trainingruntimes", "list"),
+        (c.GROUP, "trainingruntimes", "watch"),
+        (c.GROUP, "clustertrainingruntimes", "list"),
+        (c.GROUP, "clustertrainingruntimes", "watch"),
+        ("", "events", "create"),
+        (CRDS.group, CRDS.plural, "get"),
+        (CRDS.group, CRDS.plural, "list"),
+        (CRDS.group, CRDS.plural, "watch"),
+    }
+)
 
 
-def resource_of(obj: Obj) -> ResourceType:
-    """Where an object the render core built is written (KeyError: a kind nobody declared here)."""
-    return WRITABLE[(obj["apiVersion"], obj["kind"])]
+class DeclarationConflict(ValueError):
+    """Two declarations of one kind disagree on where its API is."""
+
+
+def _resource(kind: Kind, declarations: Sequence[Declaration]) -> Resource:
+    builds = [d for d in declarations if isinstance(d, Builds)]
+    labels = {d.label for d in declarations}
+    return Resource(
+        kind.kind,
+        ResourceType(kind.group, kind.version, kind.plural, namespaced=kind.namespaced),
+        Role.CHILD if builds else Role.FACT,
+        # Filtered by the server only when every declaration filters by the same label.
+        label=labels.pop() if len(labels) == 1 else None,
+        optional=all(d.optional for d in declarations),
+        patch=any(d.patch for d in builds),
+        delete=any(d.delete for d in builds),
+    )
+
+
+def permissions_of(resource: Resource) -> set[Permission]:
+    """The rights a declared resource takes: read ones are listed and watched, built ones also
+    created (an apply that creates asks ``create``), and patched and deleted as declared."""
+    group, plural = resource.type.group, resource.type.plural
+    verbs = {"list", "watch"}
+    if resource.role is Role.CHILD:
+        verbs.add("create")
+        if resource.patch:
+            verbs.add("patch")
+        if resource.delete:
+            verbs.add("delete")
+    return {(group, plural, verb) for verb in verbs}
+
+
+class Resources:
+    """One operator's table: its own kinds, then those the render core and its plugins declare."""
+
+    def __init__(self, declarations: Iterable[tuple[str, Declaration]]) -> None:
+        by_kind: dict[tuple[str, str], list[Declaration]] = {}
+        kinds: dict[tuple[str, str], tuple[str, Kind]] = {}
+        for who, declaration in declarations:
+            kind = declaration.kind
+            key = (kind.api_version, kind.kind)
+            first = kinds.setdefault(key, (who, kind))
+            if first[1] != kind:
+                raise DeclarationConflict(
+                    f"{who} declares {kind.kind} ({kind.api_version}) as {kind.plural!r}, "
+                    f"namespaced={kind.namespaced}; {first[0]} as {first[1].plural!r}, "
+                    f"namespaced={first[1].namespaced}"
+                )
+            by_kind.setdefault(key, []).append(declaration)
+        declared = tuple(_resource(kinds[key][1], found) for key, found in by_kind.items())
+        self.watched: tuple[Resource, ...] = (*OWN, *declared)
+        # What the render core may return: the children it builds.
+        self.writable: dict[tuple[str, str], Resource] = {
+            (r.api_version, r.kind): r for r in declared if r.role is Role.CHILD
+        }
+
+    @classmethod
+    def of(cls, framework: Framework) -> Resources:
+        """The table for a loaded plugin framework (``Framework.declarations``)."""
+        return cls(framework.declarations)
+
+    def resource_of(self, obj: Obj) -> ResourceType:
+        """Where an object the render core built is written."""
+        return self.writable_resource(obj).type
+
+    def writable_resource(self, obj: Obj) -> Resource:
+        found = self.writable.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+        if found is None:
+            raise UndeclaredKind(
+                f"{obj.get('kind')} ({obj.get('apiVersion')}) is built but no enabled plugin declares it "
+                "(Builds in the plugin's kinds)"
+            )
+        return found
+
+    def permissions(self) -> set[Permission]:
+        """Every right this table takes: the operator's own, and each declared resource's."""
+        found = set(OWN_PERMISSIONS)
+        for resource in self.watched:
+            if resource not in OWN:
+                found |= permissions_of(resource)
+        return found
+
+
+class UndeclaredKind(KeyError):
+    """The render core built an object of a kind no enabled plugin declared."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])

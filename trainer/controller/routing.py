@@ -19,7 +19,7 @@ from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.controller.cache import Cache, owner_trainjob
 from trainer.controller.reconciler import WorkQueue
-from trainer.controller.resources import WATCHED, Resource, Role
+from trainer.controller.resources import Resource, Resources, Role
 
 logger = logging.getLogger("trainer.operator")
 
@@ -30,6 +30,7 @@ class Router:
 
     cache: Cache
     queue: WorkQueue
+    resources: Resources
     namespaces: Collection[str] = ()  # the namespaces served; none: the whole cluster
 
     def scopes(self) -> list[tuple[Resource, str | None]]:
@@ -37,7 +38,7 @@ class Router:
         namespaces: list[str | None] = list(self.namespaces) or [None]
         return [
             (resource, ns)
-            for resource in WATCHED
+            for resource in self.resources.watched
             for ns in (namespaces if resource.type.namespaced else [None])
         ]
 
@@ -61,9 +62,8 @@ class Router:
         """A LIST (at start-up, or after a watch the server could not resume): the cache takes it
         as the whole truth of its scope, and the TrainJobs of what changed or vanished are queued."""
         typed = [_typed(item, resource) for item in items]
-        label = c.TRAINJOB_NAME_LABEL if resource.labelled else None
         changed, gone = self.cache.replace(
-            resource.kind, resource.type.group, namespace, typed, resource_version, label=label
+            resource.kind, resource.type.group, namespace, typed, resource_version, label=resource.label
         )
         for obj in gone:
             self._concerns(resource, obj, deleted=True)
@@ -94,6 +94,8 @@ class Router:
                 owner = owner_trainjob(obj)
                 if owner is not None:
                     self.queue.add(owner)
+            case Role.FACT:
+                pass  # read when a TrainJob is reconciled or admitted; a change reconciles nothing
 
     def _runtime_arrived(self, runtime: Obj) -> None:
         """A TrainJob waiting for this runtime (no snapshot yet) can go on now."""

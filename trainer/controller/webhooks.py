@@ -14,12 +14,11 @@ from typing import cast
 
 import kopf
 
-from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.apimachinery.errors import AdmissionError
 from trainer.controller.cache import Cache
 from trainer.controller.reconciler import utc_now
-from trainer.controller.resources import WATCHED
+from trainer.controller.resources import OWN
 from trainer.runtime import framework as fw
 
 
@@ -75,10 +74,8 @@ class Webhooks:
         ) -> None:
             self.default(body, old, patch)
 
-        for resource in WATCHED:
+        for resource in OWN:
             rtype = resource.type
-            if rtype.group != c.GROUP:
-                continue
             for register, handler, prefix in (
                 (kopf.on.validate, _validate, "validator"),
                 (kopf.on.mutate, _default, "defaulter"),

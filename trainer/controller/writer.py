@@ -19,13 +19,9 @@ from dataclasses import dataclass, field
 from trainer.api.objects import Obj
 from trainer.controller.cache import Cache
 from trainer.controller.client import STATUS, ApiClient, ApiError, ResourceType
-from trainer.controller.resources import TRAINJOBS, WATCHED, resource_of
+from trainer.controller.resources import TRAINJOBS, Resources
 
 FIELD_MANAGER = "trainer"
-# Kinds we watch through our label selector: one that exists without our label (made by hand, or
-# by upstream's operator) never reaches the cache, and what it holds was fixed when it was made (an
-# SSH key pair, the runtime snapshot), so a create must fail on it rather than apply over it.
-_CREATE_ONLY = frozenset((r.api_version, r.kind) for r in WATCHED if r.labelled)
 
 
 def contains(observed: object, desired: object) -> bool:
@@ -69,20 +65,22 @@ class WriteReport:
 
 
 class Writer:
-    def __init__(self, client: ApiClient, cache: Cache) -> None:
+    def __init__(self, client: ApiClient, cache: Cache, resources: Resources) -> None:
         self.client = client
         self.cache = cache
+        self.resources = resources
 
     async def apply(self, desired: list[Obj], report: WriteReport) -> None:
         for obj in desired:
             meta = obj["metadata"]
-            rtype = resource_of(obj)
+            resource = self.resources.writable_resource(obj)
+            rtype = resource.type
             observed = self.cache.get(
                 obj["kind"], meta.get("namespace"), meta["name"], group=Cache.group_of(obj)
             )
             if observed is None:
                 try:
-                    stored = await self.create(rtype, obj)
+                    stored = await self.create(rtype, obj, plain=resource.labelled)
                 except ApiError as exc:
                     if exc.code != 409:
                         raise
@@ -100,8 +98,8 @@ class Writer:
                 self.cache.observe(_with_kind(stored, obj))
                 report.created.append(obj)
                 continue
-            if obj["kind"] == "Secret" or contains(observed, obj):
-                continue  # Secrets we own are immutable; anything else already matches
+            if not resource.patch or contains(observed, obj):
+                continue  # written once and never changed (key material), or already as built
             # Forced: a field another manager took (Kueue resuming a JobSet itself) is ours again.
             stored = await self.client.apply(
                 rtype, meta.get("namespace"), obj, field_manager=FIELD_MANAGER, force=True
@@ -109,7 +107,7 @@ class Writer:
             self.cache.observe(_with_kind(stored, obj))
             report.patched.append(obj)
 
-    async def create(self, rtype: ResourceType, obj: Obj) -> Obj:
+    async def create(self, rtype: ResourceType, obj: Obj, *, plain: bool) -> Obj:
         """Create ``obj``; 409 when an object of its name exists that this must not overwrite.
 
         JobSets and PodGroups are created by an unforced apply, so that the fields we set are ours
@@ -118,12 +116,14 @@ class Writer:
         missing from the cache is only a watch running behind, and applying what we want over it
         is harmless; one another manager wrote with other values is a conflict (409), which the
         caller treats as a create's AlreadyExists. The API server asks ``create`` as well as
-        ``patch`` of an apply that creates. ConfigMaps and Secrets are created by a plain create
-        under the same manager name (see ``_CREATE_ONLY``): an SSH Secret is never re-keyed, a
-        snapshot never rewritten.
+        ``patch`` of an apply that creates. Kinds we watch through a label (``plain``: ConfigMaps
+        and Secrets) are created by a plain create under the same manager name: one that exists
+        without our label (made by hand, or by upstream's operator) never reaches the cache, and
+        what it holds was fixed when it was made, so a create must fail on it rather than apply
+        over it: an SSH Secret is never re-keyed, a snapshot never rewritten.
         """
         namespace = obj["metadata"].get("namespace")
-        if (obj["apiVersion"], obj["kind"]) in _CREATE_ONLY:
+        if plain:
             return await self.client.create(rtype, namespace, obj, field_manager=FIELD_MANAGER)
         return await self.client.apply(rtype, namespace, obj, field_manager=FIELD_MANAGER, force=False)
 
@@ -132,7 +132,7 @@ class Writer:
         if observed is None:
             return
         try:
-            await self.client.delete(resource_of(observed), namespace, name)
+            await self.client.delete(self.resources.resource_of(observed), namespace, name)
         except ApiError as exc:
             if exc.code != 404:
                 raise

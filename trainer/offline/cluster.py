@@ -23,8 +23,6 @@ from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts
 
 NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no look-alikes
-# Kinds the render core reads as cluster facts; any other kind is ignored with a note.
-FACT_KINDS = ("JobSet", "ConfigMap", "Secret", "PodGroup", "PriorityClass")
 CHILD_ORDER = {"JobSet": 0, "ConfigMap": 1, "Secret": 2, "PodGroup": 3}
 
 
@@ -90,24 +88,32 @@ class OfflineCluster:
                 if isinstance(doc, dict):
                     self.facts.put(doc)
 
+    def fact_kinds(self) -> dict[str, bool]:
+        """The kinds the render core and the enabled plugins read or build (``kinds``), which
+        are cluster facts here, each with whether it is namespaced; any other kind is ignored
+        with a note, as the operator would never see it."""
+        return {d.kind.kind: d.kind.namespaced for _, d in self.framework.declarations}
+
     def apply(self, obj: Obj) -> None:
         api_version = str(obj.get("apiVersion", ""))
         kind = str(obj.get("kind", ""))
         group = api_version.rpartition("/")[0]
+        facts = self.fact_kinds()
         if group in (c.GROUP, "kubeflow.org") or kind in (c.TRAINJOB_KIND, *c.RUNTIME_KINDS):
             self._apply_trainer_object(obj)
-        elif kind in FACT_KINDS:
-            if not self._metadata_ok(kind, obj):
+        elif kind in facts:
+            namespaced = facts[kind]
+            if not self._metadata_ok(kind, obj, namespaced=namespaced):
                 return
             if not (obj.get("metadata") or {}).get("name"):
                 # generateName needs a server to pick the name; an offline fact has none to find
                 err = required("metadata.name", "a cluster object needs a name")
-                namespace = None if kind == "PriorityClass" else obj["metadata"].get("namespace") or "default"
+                namespace = obj["metadata"].get("namespace") or "default" if namespaced else None
                 self.refusals.append(Refusal(kind, namespace, "", [err]))
                 return
             fact = copy.deepcopy(obj)
             meta = fact.setdefault("metadata", {})
-            if kind != "PriorityClass":
+            if namespaced:
                 meta.setdefault("namespace", "default")
             self.facts.put(fact)
             owner = self._trainjob_of(fact)
@@ -119,7 +125,7 @@ class OfflineCluster:
             name = (obj.get("metadata") or {}).get("name", "")
             self.notes.append(f"Note: ignoring {kind} {name!r}: trainer render does not use this kind")
 
-    def _metadata_ok(self, kind: str, obj: Obj) -> bool:
+    def _metadata_ok(self, kind: str, obj: Obj, *, namespaced: bool = True) -> bool:
         """Refuse an object whose metadata cannot be keyed on (a name that is not a string...).
 
         Everything after this reads the name and namespace as strings, as the API server's
@@ -133,7 +139,7 @@ class OfflineCluster:
             meta = obj.get("metadata")
             meta = meta if isinstance(meta, dict) else {}
             name, namespace = meta.get("name"), meta.get("namespace")
-            if kind in (c.CLUSTER_TRAINING_RUNTIME_KIND, "PriorityClass"):
+            if kind == c.CLUSTER_TRAINING_RUNTIME_KIND or not namespaced:
                 namespace = None
             elif not isinstance(namespace, str) or not namespace:
                 namespace = "default"

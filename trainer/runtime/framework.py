@@ -24,6 +24,7 @@ import pluggy
 
 from trainer.api.runtime import TrainingRuntimeSpec
 from trainer.runtime import hookspecs
+from trainer.runtime.kinds import Declaration, declared_kinds
 
 ENTRY_POINT_GROUP = "trainer.plugins"
 
@@ -84,6 +85,11 @@ class Framework:
             self.manager.check_pending()
         except pluggy.PluginValidationError as exc:
             raise PluginConfigError(f"plugin {self.manager.get_name(exc.plugin)!r}: {exc}") from exc
+        for plugin in self.plugins:
+            try:
+                declared_kinds(plugin)
+            except TypeError as exc:
+                raise PluginConfigError(f"plugin {plugin.name!r}: {exc}") from exc
         providers = [p for p in self.plugins if hasattr(p, "trainer_compute_status")]
         if len(providers) > 1:
             names = ", ".join(p.name for p in providers)
@@ -96,6 +102,17 @@ class Framework:
     @property
     def enabled(self) -> list[str]:
         return [p.name for p in self.plugins]
+
+    @property
+    def declarations(self) -> list[tuple[str, Declaration]]:
+        """What the render core and each enabled plugin read and build, by who declared it
+        (``core`` for the core): the operator's watch table and the chart's rules are made of it."""
+        from trainer.runtime.snapshot import CORE_KINDS
+
+        found: list[tuple[str, Declaration]] = [("core", d) for d in CORE_KINDS]
+        for plugin in self.plugins:
+            found.extend((plugin.name, d) for d in declared_kinds(plugin))
+        return found
 
     def missing_for(self, spec: TrainingRuntimeSpec) -> list[str]:
         """Plugins a runtime needs that this process has disabled, by name."""

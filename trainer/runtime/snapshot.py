@@ -10,6 +10,10 @@ from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.api.trainjob import TrainJob
 from trainer.runtime.info import PluginError, child_metadata
+from trainer.runtime.kinds import CONFIG_MAP, Builds, Declaration
+
+# What the render core itself builds, declared as a plugin declares its kinds: the snapshot.
+CORE_KINDS: tuple[Declaration, ...] = (Builds(CONFIG_MAP, label=c.TRAINJOB_NAME_LABEL),)
 
 
 def snapshot_name(trainjob_name: str) -> str:
