@@ -11,7 +11,7 @@ import yaml
 from reference_data import needs_reference, reference_dir
 from render_helpers import ROOT
 
-from trainer.api import crdgen
+from trainer.api import crdgen, viewgen
 
 CRDS = ROOT / "crds"
 
@@ -20,6 +20,18 @@ def test_committed_crds_are_fresh() -> None:
     """`trainer crds` regenerates exactly the committed files: nobody edits them by hand."""
     for name, content in crdgen.crd_files().items():
         assert (CRDS / name).read_text() == content, f"crds/{name} is stale: run `trainer crds`"
+
+
+def test_committed_views_are_fresh() -> None:
+    """The typed views are generated from the same models, by the same command."""
+    files = viewgen.generate()
+    assert sorted(p.name for p in files) == ["__init__.py", "runtime.py", "trainjob.py"]
+    for path, content in files.items():
+        assert path.read_text() == content, f"trainer/api/views/{path.name} is stale: run `trainer crds`"
+    generated = set(files) | {viewgen.VIEWS_DIR / "base.py"}
+    assert set(viewgen.VIEWS_DIR.glob("*.py")) == generated, (
+        "views/ holds what the generator writes, and base.py"
+    )
 
 
 @needs_reference("crds")

@@ -555,16 +555,15 @@ def test_hostfile_size_arithmetic_matches_the_rendered_hostfile() -> None:
 
 
 def info_for(cluster: OfflineCluster, tj_obj: Obj) -> Any:
-    from trainer.api.runtime import TrainingRuntime
-    from trainer.api.trainjob import TrainJob
+    from trainer.api.views import TrainingRuntime, TrainJob
     from trainer.runtime.build import build_info
 
     runtime_obj = cluster.facts.get("ClusterTrainingRuntime", None, "rt")
     assert runtime_obj is not None
     return build_info(
-        TrainJob.view(tj_obj),
+        TrainJob(tj_obj),
         tj_obj,
-        TrainingRuntime.view(runtime_obj),
+        TrainingRuntime(runtime_obj),
         runtime_obj,
         Facts(),
     )

@@ -64,8 +64,13 @@ def _build_parser() -> argparse.ArgumentParser:
 
     _migrate_parser(sub)
 
-    crds = sub.add_parser("crds", help="generate the CRDs in crds/ from the API models")
-    crds.add_argument("--output-dir", default=None, help="where to write (default: the package's crds/)")
+    crds = sub.add_parser(
+        "crds",
+        help="generate the CRDs in crds/ and the typed views in trainer/api/views/ from the API models",
+    )
+    crds.add_argument(
+        "--output-dir", default=None, help="where to write the CRDs (default: the package's crds/)"
+    )
     crds.add_argument(
         "--vendor-from",
         default=None,
@@ -211,12 +216,12 @@ def _crds(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from trainer.api import crdgen
+    from trainer.api import crdgen, viewgen
 
     if args.vendor_from:
         data = crdgen.vendor(Path(args.vendor_from))
         crdgen.EMBEDDED_FILE.write_text(json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n")
-    for path in crdgen.write(Path(args.output_dir) if args.output_dir else None):
+    for path in [*crdgen.write(Path(args.output_dir) if args.output_dir else None), *viewgen.write()]:
         print(path)
     return EXIT_OK
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from trainer.api import constants
 from trainer.api.objects import Obj
 from trainer.api.quantity import cpu_count, gpu_count
-from trainer.api.runtime import (
+from trainer.api.views import (
     CoschedulingPolicy,
     FluxPolicy,
     JAXPolicy,

@@ -260,7 +260,7 @@ def _webhook_rules(
 
 def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) -> list[str]:
     """The runtime webhook: ancestor jobs have one replica and the container they need."""
-    from trainer.api.runtime import TrainingRuntime
+    from trainer.api.views import TrainingRuntime
 
     errors: list[FieldError] = []
     # Upstream checks TrainingRuntimes on create only and ClusterTrainingRuntimes always.
@@ -289,7 +289,7 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
                 )
     lifetime_errors, warnings = _lifetime_rules(runtime_obj)
     errors += lifetime_errors
-    runtime = TrainingRuntime.view(runtime_obj)
+    runtime = TrainingRuntime(runtime_obj)
     missing = framework.missing_for(runtime.spec)
     if missing:
         errors.append(
@@ -345,8 +345,7 @@ def deprecation_warning(runtime_name: object) -> str:
 
 def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framework: Framework) -> list[str]:
     """The TrainJob webhook: the runtime exists, then every plugin's rules on the rendered Info."""
-    from trainer.api.runtime import TrainingRuntime
-    from trainer.api.trainjob import TrainJob
+    from trainer.api.views import TrainingRuntime, TrainJob
     from trainer.runtime.build import build_info
     from trainer.runtime.render import SUPPORTED_RUNTIMES, RuntimeNotFound, lookup_runtime, runtime_key
 
@@ -376,7 +375,7 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
         and (runtime_meta.get("labels") or {}).get(c.SUPPORT_LABEL) == c.SUPPORT_DEPRECATED
     ):
         warnings.append("Referenced " + deprecation_warning(runtime_meta.get("name")))
-    runtime = TrainingRuntime.view(runtime_obj)
+    runtime = TrainingRuntime(runtime_obj)
     missing = framework.missing_for(runtime.spec)
     if missing:
         raise AdmissionError(
@@ -388,8 +387,8 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
                 )
             ]
         )
-    trainjob = TrainJob.view(trainjob_obj)
-    old_model = TrainJob.view(old) if old is not None else None
+    trainjob = TrainJob(trainjob_obj)
+    old_view = TrainJob(old) if old is not None else None
     try:
         info = build_info(trainjob, trainjob_obj, runtime, runtime_obj, facts)
     except (PluginError, ValueError, KeyError, TypeError):
@@ -397,7 +396,7 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
     ctx = ValidationContext(
         trainjob=trainjob,
         trainjob_obj=trainjob_obj,
-        old=old_model,
+        old=old_view,
         old_obj=old,
         runtime=runtime,
         info=info,

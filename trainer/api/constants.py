@@ -28,6 +28,9 @@ DEPRECATION_DOC_URL = (
     "https://trainer.kubeflow.org/en/latest/operator-guides/runtime.html#runtime-deprecation-policy"
 )
 
+# A runtime's framework policies (mlPolicy's fields); the CRD allows at most one.
+ML_POLICY_SOURCES = ("torch", "mpi", "jax", "xgboost", "flux")
+
 # Ancestor steps and the fixed names of replicated jobs and containers.
 DATASET_INITIALIZER = "dataset-initializer"
 MODEL_INITIALIZER = "model-initializer"

@@ -1,6 +1,6 @@
 """The shapes of Kubernetes objects as this project handles them: JSON, as the API server sends it.
 
-Objects stay plain dicts everywhere outside the pydantic views in ``trainer.api``: admission,
+Objects stay plain dicts everywhere outside the typed views of ``trainer.api.views``: admission,
 the render core, plugins and the operator pass on fields they do not know (a newer JobSet
 field, a user's annotation), and a dict keeps them without a model per kind. So ``Obj`` is one
 name for that, defined here, in the lowest layer, so every layer and every plugin (through
@@ -12,7 +12,7 @@ project writes must carry its type, status, reason and message.
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypeAlias, TypedDict
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 Obj: TypeAlias = dict[str, Any]
 """A JSON object: a Kubernetes object, or any object-valued field of one."""
@@ -20,16 +20,19 @@ Obj: TypeAlias = dict[str, Any]
 ObjList: TypeAlias = list[Obj]
 """A JSON array of objects: the items of a List, containers, conditions, ..."""
 
+# A TypedDict is a plain dict at run time, and making its class costs `trainer render` a millisecond.
+if TYPE_CHECKING:
+    from typing import NotRequired, TypedDict
 
-class NewCondition(TypedDict):
-    """A status condition as the project is about to write it (``set_condition`` adds the
-    transition time). The API type, as the CRD describes it, is ``trainer.api.trainjob.Condition``.
+    class NewCondition(TypedDict):
+        """A status condition as the project is about to write it (``set_condition`` adds the
+        transition time). The API type, as the CRD describes it, is ``trainer.api.trainjob.Condition``.
 
-    Conditions read back from a status stay ``Obj``: other writers may add fields.
-    """
+        Conditions read back from a status stay ``Obj``: other writers may add fields.
+        """
 
-    type: str
-    status: str
-    reason: str
-    message: str
-    lastTransitionTime: NotRequired[str]
+        type: str
+        status: str
+        reason: str
+        message: str
+        lastTransitionTime: NotRequired[str]

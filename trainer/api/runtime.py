@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
+from trainer.api.constants import ML_POLICY_SOURCES
 from trainer.api.schema import APIModel, Rule, Schema
 from trainer.api.trainjob import TemplateMetadata
 
@@ -73,9 +74,6 @@ class FluxPolicy(APIModel):
             default=1, format="int32", rules=(Rule("self >= 1", "NumProcPerNode in fluxPolicy must be >= 1"),)
         ),
     ] = Field(1, alias="numProcPerNode")
-
-
-ML_POLICY_SOURCES = ("torch", "mpi", "jax", "xgboost", "flux")
 
 
 class MLPolicy(APIModel):

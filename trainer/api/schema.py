@@ -6,17 +6,15 @@ add on top of the Python type (bounds, defaults, list types, CEL rules). ``train
 the models and emits structural schemas from them (see :mod:`trainer.api.crdgen`).
 
 The models themselves enforce nothing: admission validates the raw object against the generated
-schema (one implementation of every rule, shared with the webhooks and the local API server),
-and only then are the models used as typed views of an admitted object.
+schema (one implementation of every rule, shared with the webhooks and the local API server).
+What reads an admitted object reads it through the plain views ``trainer crds`` generates from
+the models (:mod:`trainer.api.viewgen`), so pydantic is not on the render path.
 """
 
 from __future__ import annotations
 
-import types
-import typing
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
@@ -98,63 +96,12 @@ class Schema:
 
 
 class APIModel(BaseModel):
-    """Base of every API type: camelCase on the wire, typed views of admitted objects.
+    """Base of every API type: camelCase on the wire, snake_case in Python.
 
-    ``extra="allow"`` because the models are views, not gates: a field the schema admits but a
-    model does not name is kept, never dropped. ``defer_build`` keeps import cheap for the
-    offline CLI, which may never touch most models.
+    ``extra="allow"`` because the models are no gate: a field the schema admits but a model does
+    not name is kept, never dropped. ``defer_build``: the CRD and view generators read the
+    models' fields and never validate, so pydantic's validators are built only when a test
+    validates an object.
     """
 
     model_config = ConfigDict(populate_by_name=True, extra="allow", defer_build=True, frozen=False)
-
-    @classmethod
-    def view(cls, data: Mapping[str, Any]) -> Self:
-        """A typed view of an object the CRD schema has already admitted, built without validation.
-
-        Validating again would check nothing the schema did not, and building pydantic's
-        validators costs more than a whole offline render; so nested models are constructed
-        field by field and everything else is kept as it came (extra fields included).
-        """
-        values: dict[str, Any] = {}
-        for name, convert in _view_plan(cls).items():
-            if name in data:
-                value = data[name]
-                values[name] = convert(value) if convert is not None and value is not None else value
-        values.update({k: v for k, v in data.items() if k not in values})
-        return typing.cast(Self, cls.model_construct(**values))
-
-
-_Converter = Callable[[Any], Any] | None
-_PLANS: dict[type[BaseModel], dict[str, _Converter]] = {}
-
-
-def _view_plan(model: type[BaseModel]) -> dict[str, _Converter]:
-    """Wire name -> how to turn its value into a view (None: keep it), computed once per model."""
-    plan = _PLANS.get(model)
-    if plan is None:
-        plan = {
-            (info.alias or name): _converter(info.annotation) for name, info in model.model_fields.items()
-        }
-        _PLANS[model] = plan
-    return plan
-
-
-def _converter(annotation: Any) -> _Converter:
-    while True:
-        origin = get_origin(annotation)
-        if origin is typing.Annotated:
-            annotation = get_args(annotation)[0]
-        elif origin in (typing.Union, types.UnionType):
-            members = [a for a in get_args(annotation) if a is not type(None)]
-            if len(members) != 1:
-                return None
-            annotation = members[0]
-        else:
-            break
-    if isinstance(annotation, type) and issubclass(annotation, APIModel):
-        return annotation.view
-    if get_origin(annotation) is list:
-        item = _converter(get_args(annotation)[0])
-        if item is not None:
-            return lambda values: [item(v) if isinstance(v, Mapping) else v for v in values]
-    return None

@@ -6,8 +6,7 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.api.runtime import TrainingRuntime
-from trainer.api.trainjob import TrainJob
+from trainer.api.views import TrainingRuntime, TrainJob
 from trainer.apimachinery.strategic_merge import jobset_merge_keys, strategic_merge
 from trainer.runtime.info import Facts, Info, PluginError, PodSet
 from trainer.runtime.podspec import find, merge_resources

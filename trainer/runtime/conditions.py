@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from trainer.api.objects import NewCondition, Obj
+from typing import TYPE_CHECKING
+
+from trainer.api.objects import Obj
+
+if TYPE_CHECKING:
+    from trainer.api.objects import NewCondition
 
 
 def find(conditions: list[Obj] | None, type_: str) -> Obj | None:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import pluggy
 
-from trainer.api.runtime import TrainingRuntimeSpec
+from trainer.api.views import TrainingRuntimeSpec
 from trainer.runtime import hookspecs
 from trainer.runtime.kinds import Declaration, declared_kinds
 

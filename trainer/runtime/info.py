@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.api.runtime import MLPolicy, PodGroupPolicy, TrainingRuntime
-from trainer.api.trainjob import TrainJob
+from trainer.api.views import MLPolicy, PodGroupPolicy, TrainingRuntime, TrainJob
 
 
 class PluginError(Exception):

@@ -14,8 +14,7 @@ from typing import Any
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.api.runtime import TrainingRuntime
-from trainer.api.trainjob import TrainJob
+from trainer.api.views import TrainingRuntime, TrainJob
 from trainer.runtime import conditions as cond
 from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
@@ -271,7 +270,7 @@ def _build(
     meta = trainjob_obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
     spec = trainjob_obj["spec"]
-    trainjob = TrainJob.view(trainjob_obj)
+    trainjob = TrainJob(trainjob_obj)
     snapshot = facts.get("ConfigMap", namespace, snapshot_name(meta.get("name", "")))
     if snapshot is not None:
         runtime_obj = pinned_runtime(snapshot, trainjob_obj)
@@ -280,7 +279,7 @@ def _build(
         # Pinned before anything else runs, as upstream does: a TrainJob whose first build fails
         # keeps the runtime it was admitted with, and later edits of the runtime do not reach it.
         outcome.objects.append(snapshot_configmap(trainjob, runtime_obj))
-    runtime = TrainingRuntime.view(runtime_obj)
+    runtime = TrainingRuntime(runtime_obj)
     outcome.framework_label = ((runtime_obj.get("metadata") or {}).get("labels") or {}).get(c.FRAMEWORK_LABEL)
     missing = framework.missing_for(runtime.spec)
     if missing:

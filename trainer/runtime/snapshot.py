@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.api.trainjob import TrainJob
+from trainer.api.views import TrainJob
 from trainer.runtime.info import PluginError, child_metadata
 from trainer.runtime.kinds import CONFIG_MAP, Builds, Declaration
 
