@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from render_helpers import container, only, render, runtime, trainjob
 
-from trainer.api.runtime import TrainingRuntimeSpec
+from trainer.api.views import TrainingRuntimeSpec
 from trainer.runtime import framework as fw
 from trainer.runtime.hookspecs import hookimpl
 from trainer.runtime.info import Info, PluginError
+from trainer.runtime.kinds import Builds, Kind, Reads
 from trainer.runtime.podspec import upsert_env
 
 TORCH = {"numNodes": 1, "torch": {}}
@@ -191,3 +192,50 @@ def test_a_framework_refuses_an_implementation_of_no_hook() -> None:
     with pytest.raises(fw.PluginConfigError, match=r"'Misspelt'.*trainer_enforce_mlpolicy"):
         fw.Framework([Misspelt()])
     assert fw.Framework([Recorder()]).enabled == ["Recorder"]
+
+
+class BuildsUndeclared:
+    """Builds a kind it does not declare: the operator could neither write nor watch it."""
+
+    name = "BuildsUndeclared"
+    kinds: tuple[Any, ...] = ()
+
+    def needed_by(self, spec: TrainingRuntimeSpec) -> bool:
+        return False
+
+    @hookimpl
+    def trainer_build(self, info: Info) -> list[dict[str, Any]]:
+        return [
+            {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": info.child_metadata(info.name)}
+        ]
+
+
+def test_a_kind_built_but_not_declared_fails_the_reconcile_on_status() -> None:
+    cluster = render(runtime(ml_policy=TORCH), trainjob(), fw=fw.load(extra=[BuildsUndeclared()]))
+    assert [o["kind"] for o in cluster.output()] == ["TrainJob", "ConfigMap"], "nothing built is written"
+    (cond,) = only(cluster, "TrainJob")["status"]["conditions"]
+    assert cond["type"] == "ReconcileFailed"
+    assert "a plugin built a Widget (example.com/v1), which no enabled plugin declares" in cond["message"]
+
+    class Declared(BuildsUndeclared):
+        name = "Declared"
+        kinds = (Builds(Kind("example.com/v1", "Widget", "widgets")),)
+
+    declared = render(runtime(ml_policy=TORCH), trainjob(), fw=fw.load(extra=[Declared()]))
+    assert "Widget" in [o["kind"] for o in declared.output()]
+
+
+def test_malformed_kinds_are_refused_at_load() -> None:
+    class NotATuple(Recorder):
+        name = "NotATuple"
+        kinds = Reads(Kind("v1", "Secret", "secrets"))  # type: ignore[assignment]
+
+    with pytest.raises(fw.PluginConfigError, match="'NotATuple': kinds must be a tuple"):
+        fw.load(extra=[NotATuple()])
+
+    class Selector(Recorder):
+        name = "Selector"
+        kinds = (Reads(Kind("v1", "Secret", "secrets"), label="team=a"),)
+
+    with pytest.raises(fw.PluginConfigError, match=r"the label of Secret must be a label key .*'team=a'"):
+        fw.load(extra=[Selector()])

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
+import time
 from pathlib import Path
 
 OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
@@ -65,11 +65,15 @@ def main(argv: list[str] | None = None) -> int:
         print("Pods run for $SANDBOX_RUN_SECONDS (default 2) and exit with $SANDBOX_EXIT_CODE (default 0),")
         print("read from the TrainJob's spec.trainer.env. Press Ctrl-C to stop.")
         sys.stdout.flush()
-        stop = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        # The handler only sets a flag: it runs in the main thread between two bytecodes, and
+        # setting a threading.Event there deadlocks when it lands inside that Event's own wait
+        # (seen: a sandbox that never exited on SIGTERM). sleep() goes on after the handler, so
+        # the flag is seen within half a second.
+        stopping: list[int] = []
+        signal.signal(signal.SIGTERM, lambda signum, _: stopping.append(signum))
         try:
-            while not stop.wait(0.5):
-                pass
+            while not stopping:
+                time.sleep(0.5)
         except KeyboardInterrupt:
             pass
     finally:

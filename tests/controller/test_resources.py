@@ -14,15 +14,9 @@ from trainer.controller.client import ApiClient
 from trainer.controller.config import Configuration
 from trainer.controller.informer import Informer
 from trainer.controller.operator import Operator
-from trainer.controller.resources import (
-    OWN,
-    DeclarationConflict,
-    Resources,
-    Role,
-    UndeclaredKind,
-)
+from trainer.controller.resources import OWN, Resources, Role, UndeclaredKind
 from trainer.runtime import framework as fw
-from trainer.runtime.kinds import Builds, Kind, Reads
+from trainer.runtime.kinds import Builds, Declaration, DeclarationConflict, Kind, Reads
 
 DEFAULT = Resources.of(fw.default())
 
@@ -99,7 +93,7 @@ def test_declarations_of_one_kind_merge() -> None:
     merged = Resources(
         [
             ("A", Reads(WIDGET, label="x")),
-            ("B", Builds(WIDGET, label="x", patch=False, optional=True)),
+            ("B", Builds(WIDGET, label="x", optional=True)),
             ("C", Builds(WIDGET, label="x", delete=True, optional=True)),
         ]
     )
@@ -111,24 +105,59 @@ def test_declarations_of_one_kind_merge() -> None:
         True,
         True,
     )
-    # One declaration without the label: the server can no longer filter for the others.
-    unfiltered = Resources([("A", Builds(WIDGET, label="x")), ("B", Reads(WIDGET))])
-    assert [r.label for r in unfiltered.watched if r.kind == "Widget"] == [None]
-    with pytest.raises(DeclarationConflict, match=r"B declares Widget .* as 'gadgets'"):
-        Resources([("A", Reads(WIDGET)), ("B", Reads(Kind("example.com/v1", "Widget", "gadgets")))])
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "what"),
+    [
+        # One unlabelled declaration would bring every object of the kind into the cache.
+        (
+            Builds(Kind("v1", "Secret", "secrets"), label="mine"),
+            Reads(Kind("v1", "Secret", "secrets")),
+            "label",
+        ),
+        # One plugin's Builds must not make another's keys rewritable.
+        (Builds(WIDGET, patch=False), Builds(WIDGET), "patch"),
+        (Reads(WIDGET), Reads(Kind("example.com/v1", "Widget", "gadgets")), "API"),
+    ],
+)
+def test_declarations_of_one_kind_that_disagree_are_refused(
+    first: Declaration, second: Declaration, what: str
+) -> None:
+    with pytest.raises(DeclarationConflict, match=rf"differ in their {what}.*A: .*B: "):
+        Resources([("A", first), ("B", second)])
+    # The framework refuses them at load, naming the kind, before an operator or a render starts.
+    with pytest.raises(fw.PluginConfigError, match=rf"{first.kind.kind} .* differ in their {what}"):
+        fw.Framework([_Declaring("A", first), _Declaring("B", second)])
+
+
+class _Declaring:
+    def __init__(self, name: str, declaration: Declaration) -> None:
+        self.name, self.kinds = name, (declaration,)
+
+    def needed_by(self, spec: object) -> bool:
+        return False
 
 
 def test_rights_follow_the_declarations() -> None:
+    gadget, gizmo = Kind("example.com/v1", "Gadget", "gadgets"), Kind("example.com/v1", "Gizmo", "gizmos")
     table = Resources(
-        [("P", Reads(WIDGET)), ("Q", Builds(Kind("example.com/v1", "Gadget", "gadgets"), patch=False))]
+        [
+            ("P", Reads(WIDGET)),
+            ("Q", Builds(gadget, patch=False)),
+            ("R", Builds(gizmo, label="x", patch=False)),
+        ]
     )
     declared = table.permissions() - Resources([]).permissions()
     assert declared == {
         ("example.com", "widgets", "list"),
         ("example.com", "widgets", "watch"),
-        ("example.com", "gadgets", "list"),
-        ("example.com", "gadgets", "watch"),
-        ("example.com", "gadgets", "create"),
+        *(("example.com", "gadgets", verb) for verb in ("list", "watch", "create")),
+        # Never patched, but created by server-side apply (unlabelled: see Writer.create), which
+        # the API server checks as a patch too.
+        ("example.com", "gadgets", "patch"),
+        # Labelled: created by a plain create, and never patched.
+        *(("example.com", "gizmos", verb) for verb in ("list", "watch", "create")),
     }
 
 

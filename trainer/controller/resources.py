@@ -20,7 +20,7 @@ from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.controller.client import ResourceType
 from trainer.runtime.framework import Framework
-from trainer.runtime.kinds import Builds, Declaration, Kind
+from trainer.runtime.kinds import Builds, Declaration, Kind, by_kind
 
 Permission = tuple[str, str, str]  # (API group, resource, verb), as an RBAC rule grants it
 
@@ -97,20 +97,16 @@ OWN_PERMISSIONS: frozenset[Permission] = frozenset(
 )
 
 
-class DeclarationConflict(ValueError):
-    """Two declarations of one kind disagree on where its API is."""
-
-
-def _resource(kind: Kind, declarations: Sequence[Declaration]) -> Resource:
-    builds = [d for d in declarations if isinstance(d, Builds)]
-    labels = {d.label for d in declarations}
+def _resource(kind: Kind, declarations: Sequence[tuple[str, Declaration]]) -> Resource:
+    """One resource for every declaration of a kind (``kinds.by_kind`` checked they agree)."""
+    builds = [d for _, d in declarations if isinstance(d, Builds)]
     return Resource(
         kind.kind,
         ResourceType(kind.group, kind.version, kind.plural, namespaced=kind.namespaced),
         Role.CHILD if builds else Role.FACT,
-        # Filtered by the server only when every declaration filters by the same label.
-        label=labels.pop() if len(labels) == 1 else None,
-        optional=all(d.optional for d in declarations),
+        label=declarations[0][1].label,
+        # Optional only when every declaration can do without the kind's API.
+        optional=all(d.optional for _, d in declarations),
         patch=any(d.patch for d in builds),
         delete=any(d.delete for d in builds),
     )
@@ -123,7 +119,8 @@ def permissions_of(resource: Resource) -> set[Permission]:
     verbs = {"list", "watch"}
     if resource.role is Role.CHILD:
         verbs.add("create")
-        if resource.patch:
+        # An unlabelled child is created by server-side apply, a PATCH the server also checks.
+        if resource.patch or not resource.labelled:
             verbs.add("patch")
         if resource.delete:
             verbs.add("delete")
@@ -134,20 +131,7 @@ class Resources:
     """One operator's table: its own kinds, then those the render core and its plugins declare."""
 
     def __init__(self, declarations: Iterable[tuple[str, Declaration]]) -> None:
-        by_kind: dict[tuple[str, str], list[Declaration]] = {}
-        kinds: dict[tuple[str, str], tuple[str, Kind]] = {}
-        for who, declaration in declarations:
-            kind = declaration.kind
-            key = (kind.api_version, kind.kind)
-            first = kinds.setdefault(key, (who, kind))
-            if first[1] != kind:
-                raise DeclarationConflict(
-                    f"{who} declares {kind.kind} ({kind.api_version}) as {kind.plural!r}, "
-                    f"namespaced={kind.namespaced}; {first[0]} as {first[1].plural!r}, "
-                    f"namespaced={first[1].namespaced}"
-                )
-            by_kind.setdefault(key, []).append(declaration)
-        declared = tuple(_resource(kinds[key][1], found) for key, found in by_kind.items())
+        declared = tuple(_resource(kind, found) for kind, found in by_kind(declarations).items())
         self.watched: tuple[Resource, ...] = (*OWN, *declared)
         # What the render core may return: the children it builds.
         self.writable: dict[tuple[str, str], Resource] = {

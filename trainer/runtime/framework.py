@@ -15,6 +15,7 @@ implementations of a hook last-registered-first, so registration runs in reverse
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -24,7 +25,7 @@ import pluggy
 
 from trainer.api.views import TrainingRuntimeSpec
 from trainer.runtime import hookspecs
-from trainer.runtime.kinds import Declaration, declared_kinds
+from trainer.runtime.kinds import Builds, Declaration, DeclarationConflict, by_kind, declared_kinds
 
 ENTRY_POINT_GROUP = "trainer.plugins"
 
@@ -90,6 +91,10 @@ class Framework:
                 declared_kinds(plugin)
             except TypeError as exc:
                 raise PluginConfigError(f"plugin {plugin.name!r}: {exc}") from exc
+        try:
+            by_kind(self.declarations)
+        except DeclarationConflict as exc:
+            raise PluginConfigError(str(exc)) from exc
         providers = [p for p in self.plugins if hasattr(p, "trainer_compute_status")]
         if len(providers) > 1:
             names = ", ".join(p.name for p in providers)
@@ -113,6 +118,13 @@ class Framework:
         for plugin in self.plugins:
             found.extend((plugin.name, d) for d in declared_kinds(plugin))
         return found
+
+    @functools.cached_property
+    def built_kinds(self) -> frozenset[tuple[str, str]]:
+        """(apiVersion, kind) of everything the core and the enabled plugins declare they build."""
+        return frozenset(
+            (d.kind.api_version, d.kind.kind) for _, d in self.declarations if isinstance(d, Builds)
+        )
 
     def missing_for(self, spec: TrainingRuntimeSpec) -> list[str]:
         """Plugins a runtime needs that this process has disabled, by name."""
@@ -203,7 +215,10 @@ def load(config: PluginConfig | None = None, extra: Iterable[Plugin] = ()) -> Fr
         _check_plugin(plugin, name)
         enabled.append(plugin)
     for plugin in extra:
-        _check_plugin(plugin, getattr(plugin, "name", None) or type(plugin).__name__)
+        plugin_name = getattr(plugin, "name", None)
+        if not isinstance(plugin_name, str) or not plugin_name:
+            raise PluginConfigError(f"a {type(plugin).__name__} plugin object has no name: give it one")
+        _check_plugin(plugin, plugin_name)
         enabled.append(plugin)
     return Framework(enabled, known=builtins)
 

@@ -8,7 +8,10 @@ their watch extensions and component builders, in a ``kinds`` attribute::
 
     class VolcanoPlugin:
         name = "Volcano"
-        kinds = (Builds(VOLCANO_POD_GROUP, optional=True), Reads(PRIORITY_CLASS))
+        kinds = (
+            Builds(Kind("scheduling.volcano.sh/v1beta1", "PodGroup", "podgroups"), optional=True),
+            Reads(Kind("scheduling.k8s.io/v1", "PriorityClass", "priorityclasses", namespaced=False)),
+        )
 
 The operator's watch table, its writable kinds and the chart's RBAC rules are derived from the
 enabled plugins' declarations (``controller/resources.py``), so a plugin from another package
@@ -18,6 +21,8 @@ disabled plugin's kinds are neither watched nor granted.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -74,6 +79,39 @@ class Builds:
 
 Declaration = Reads | Builds
 
+
+class DeclarationConflict(ValueError):
+    """Two declarations of one kind disagree: on where its API is, its label, or patching."""
+
+
+def by_kind(declarations: Iterable[tuple[str, Declaration]]) -> dict[Kind, list[tuple[str, Declaration]]]:
+    """Declarations grouped by kind, by who made them, checked to agree on what would otherwise
+    be weakened for all of them: where the kind's API is, the label the server filters by (one
+    unlabelled declaration would bring every Secret of the cluster into the cache) and whether
+    children are patched (one plugin's Builds must not make another's keys rewritable)."""
+    grouped: dict[tuple[str, str], list[tuple[str, Declaration]]] = {}
+    for who, declaration in declarations:
+        grouped.setdefault((declaration.kind.api_version, declaration.kind.kind), []).append(
+            (who, declaration)
+        )
+    found: dict[Kind, list[tuple[str, Declaration]]] = {}
+    for same in grouped.values():
+        kind = same[0][1].kind
+        builds = [(who, d.patch) for who, d in same if isinstance(d, Builds)]
+        for field_name, values in (
+            ("API (plural, namespaced)", [(who, (d.kind.plural, d.kind.namespaced)) for who, d in same]),
+            ("label", [(who, d.label) for who, d in same]),
+            ("patch", builds),
+        ):
+            if len({value for _, value in values}) > 1:
+                said = "; ".join(f"{who}: {value!r}" for who, value in values)
+                raise DeclarationConflict(
+                    f"the declarations of {kind.kind} ({kind.api_version}) differ in their {field_name}: {said}"
+                )
+        found[kind] = same
+    return found
+
+
 # Kinds every cluster serves that more than one plugin builds.
 CONFIG_MAP = Kind("v1", "ConfigMap", "configmaps")
 SECRET = Kind("v1", "Secret", "secrets")
@@ -84,4 +122,14 @@ def declared_kinds(plugin: object) -> tuple[Declaration, ...]:
     found = getattr(plugin, "kinds", ())
     if not isinstance(found, tuple | list) or not all(isinstance(d, Reads | Builds) for d in found):
         raise TypeError("kinds must be a tuple of trainer.plugin.Reads and Builds declarations")
+    for declaration in found:
+        if declaration.label is not None and not _LABEL_KEY.fullmatch(declaration.label):
+            raise TypeError(
+                f"the label of {declaration.kind.kind} must be a label key (objects carrying it are "
+                f"watched), not {declaration.label!r}"
+            )
     return tuple(found)
+
+
+# A label key as Kubernetes has it: an optional DNS-subdomain prefix and a name.
+_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")

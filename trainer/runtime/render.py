@@ -293,6 +293,15 @@ def _build(
     hook.trainer_pre_build_sync(info=info)
     # Every object is built before any is written: a builder's error writes none of them.
     built_objects = [obj for built in hook.trainer_build(info=info) for obj in built or []]
+    declared = framework.built_kinds
+    for obj in built_objects:
+        if (obj.get("apiVersion"), obj.get("kind")) not in declared:
+            # The operator could neither write nor watch it (nor the chart grant it): say so
+            # on status here, offline and on a cluster alike, before anything is written.
+            raise PluginError(
+                f"a plugin built a {obj.get('kind')} ({obj.get('apiVersion')}), which no enabled plugin "
+                "declares in its kinds (Builds)"
+            )
     outcome.objects.extend(built_objects)
     return runtime_obj
 
