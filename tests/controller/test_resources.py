@@ -167,7 +167,7 @@ def test_watch_ids_are_unique_and_only_labelled_kinds_are_filtered_by_the_server
     informer = Informer(ApiClient("https://127.0.0.1:1"), operator.router.scopes(), operator.router)
     for reflector in informer.reflectors:
         r = reflector.resource
-        assert reflector._params() == ({"labelSelector": r.label_selector} if r.labelled else {}), r
+        assert reflector._params() == ({"labelSelector": r.label} if r.labelled else {}), r
     assert {r.kind for r in DEFAULT.watched if r.labelled} == {"ConfigMap", "Secret"}
 
 

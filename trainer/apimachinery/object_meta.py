@@ -84,7 +84,7 @@ def dns1035_label(value: str) -> list[str]:
     return problems
 
 
-def _qualified_name(value: str) -> list[str]:
+def qualified_name(value: str) -> list[str]:
     message = (
         "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
         "alphanumeric character"
@@ -200,7 +200,7 @@ def _string_map(values: Any, path: str, *, labels: bool) -> list[FieldError]:
     errors: list[FieldError] = []
     size = 0
     for key, value in values.items():
-        for problem in _qualified_name(key if labels else key.lower()):
+        for problem in qualified_name(key if labels else key.lower()):
             errors.append(FieldError(path, INVALID, problem, key))
         if not isinstance(value, str):
             kind = (

@@ -81,7 +81,7 @@ class Reflector:
         return f"{self.resource.type.name} {where}"
 
     def _params(self) -> dict[str, str]:
-        selector = self.resource.label_selector
+        selector = self.resource.label
         return {"labelSelector": selector} if selector else {}
 
     async def list(self) -> None:

@@ -55,10 +55,6 @@ class Resource:
     def labelled(self) -> bool:
         return self.label is not None
 
-    @property
-    def label_selector(self) -> str | None:
-        return self.label
-
 
 TRAINJOBS = Resource(c.TRAINJOB_KIND, ResourceType(c.GROUP, c.VERSION, "trainjobs"), Role.TRAINJOB)
 TRAINING_RUNTIMES = Resource(
@@ -132,6 +128,7 @@ class Resources:
 
     def __init__(self, declarations: Iterable[tuple[str, Declaration]]) -> None:
         declared = tuple(_resource(kind, found) for kind, found in by_kind(declarations).items())
+        self._declared = declared
         self.watched: tuple[Resource, ...] = (*OWN, *declared)
         # What the render core may return: the children it builds.
         self.writable: dict[tuple[str, str], Resource] = {
@@ -158,11 +155,7 @@ class Resources:
 
     def permissions(self) -> set[Permission]:
         """Every right this table takes: the operator's own, and each declared resource's."""
-        found = set(OWN_PERMISSIONS)
-        for resource in self.watched:
-            if resource not in OWN:
-                found |= permissions_of(resource)
-        return found
+        return set(OWN_PERMISSIONS).union(*(permissions_of(resource) for resource in self._declared))
 
 
 class UndeclaredKind(KeyError):

@@ -15,7 +15,6 @@ implementations of a hook last-registered-first, so registration runs in reverse
 
 from __future__ import annotations
 
-import functools
 import importlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -86,15 +85,24 @@ class Framework:
             self.manager.check_pending()
         except pluggy.PluginValidationError as exc:
             raise PluginConfigError(f"plugin {self.manager.get_name(exc.plugin)!r}: {exc}") from exc
+        # What the render core and each enabled plugin read and build, by who declared it
+        # (``core`` for the core): the operator's watch table and the chart's rules are made of
+        # it, and the render core refuses an object of a kind nobody declares to build.
+        from trainer.runtime.snapshot import CORE_KINDS
+
+        self.declarations: list[tuple[str, Declaration]] = [("core", d) for d in CORE_KINDS]
         for plugin in self.plugins:
             try:
-                declared_kinds(plugin)
+                self.declarations.extend((plugin.name, d) for d in declared_kinds(plugin))
             except TypeError as exc:
                 raise PluginConfigError(f"plugin {plugin.name!r}: {exc}") from exc
         try:
             by_kind(self.declarations)
         except DeclarationConflict as exc:
             raise PluginConfigError(str(exc)) from exc
+        self.built_kinds = frozenset(
+            (d.kind.api_version, d.kind.kind) for _, d in self.declarations if isinstance(d, Builds)
+        )
         providers = [p for p in self.plugins if hasattr(p, "trainer_compute_status")]
         if len(providers) > 1:
             names = ", ".join(p.name for p in providers)
@@ -107,24 +115,6 @@ class Framework:
     @property
     def enabled(self) -> list[str]:
         return [p.name for p in self.plugins]
-
-    @property
-    def declarations(self) -> list[tuple[str, Declaration]]:
-        """What the render core and each enabled plugin read and build, by who declared it
-        (``core`` for the core): the operator's watch table and the chart's rules are made of it."""
-        from trainer.runtime.snapshot import CORE_KINDS
-
-        found: list[tuple[str, Declaration]] = [("core", d) for d in CORE_KINDS]
-        for plugin in self.plugins:
-            found.extend((plugin.name, d) for d in declared_kinds(plugin))
-        return found
-
-    @functools.cached_property
-    def built_kinds(self) -> frozenset[tuple[str, str]]:
-        """(apiVersion, kind) of everything the core and the enabled plugins declare they build."""
-        return frozenset(
-            (d.kind.api_version, d.kind.kind) for _, d in self.declarations if isinstance(d, Builds)
-        )
 
     def missing_for(self, spec: TrainingRuntimeSpec) -> list[str]:
         """Plugins a runtime needs that this process has disabled, by name."""

@@ -21,9 +21,10 @@ disabled plugin's kinds are neither watched nor granted.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+
+from trainer.apimachinery.object_meta import qualified_name
 
 
 @dataclass(frozen=True)
@@ -123,13 +124,9 @@ def declared_kinds(plugin: object) -> tuple[Declaration, ...]:
     if not isinstance(found, tuple | list) or not all(isinstance(d, Reads | Builds) for d in found):
         raise TypeError("kinds must be a tuple of trainer.plugin.Reads and Builds declarations")
     for declaration in found:
-        if declaration.label is not None and not _LABEL_KEY.fullmatch(declaration.label):
+        if declaration.label is not None and qualified_name(declaration.label):
             raise TypeError(
                 f"the label of {declaration.kind.kind} must be a label key (objects carrying it are "
                 f"watched), not {declaration.label!r}"
             )
     return tuple(found)
-
-
-# A label key as Kubernetes has it: an optional DNS-subdomain prefix and a name.
-_LABEL_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
