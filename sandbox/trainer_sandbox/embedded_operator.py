@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainer.controller.config import Configuration
 from trainer.controller.operator import Operator
-from trainer_sandbox.apiserver.server import free_port
+from trainer_sandbox.ports import free_port
 
 
 class EmbeddedOperator:

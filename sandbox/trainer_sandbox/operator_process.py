@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trainer_sandbox.apiserver.audit import AuditRecord
-from trainer_sandbox.apiserver.server import free_port
+from trainer_sandbox.ports import free_port
 
 OPERATOR_USER = "system:serviceaccount:kubeflow-system:kubeflow-trainer-controller-manager"
 OPERATOR_DISTRIBUTION = "trainer-operator"

@@ -92,7 +92,7 @@ def _operator_command(server: object, path: Path) -> str:
     import yaml
 
     from trainer_sandbox.apiserver import LocalAPIServer
-    from trainer_sandbox.apiserver.server import free_port
+    from trainer_sandbox.ports import free_port
 
     assert isinstance(server, LocalAPIServer)
     server.add_user(OPERATOR_USER)

@@ -28,6 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
+from trainer_sandbox.ports import free_port
+
 CHUNK = 64 * 1024
 
 
@@ -173,8 +175,9 @@ class TcpProxy:
     async def _listen(self) -> None:
         self._flowing = asyncio.Event()
         self._flowing.set()
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0, reuse_address=True)
-        self.port = self._server.sockets[0].getsockname()[1]
+        port = free_port()  # not port 0: see trainer_sandbox.ports
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", port, reuse_address=True)
+        self.port = port
 
     async def _close_all(self) -> None:
         self._do_cut()

@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from trainer_sandbox.ports import free_port
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 
@@ -104,10 +104,3 @@ def test_operator_load_runs_another_controller_beside_ours(tmp_path: Path) -> No
     assert "ours (stand-in)" in header and "other (stand-in)" in header, table
     burst_row = next(line for line in table.splitlines() if "burst: every JobSet exists" in line)
     assert len(re.findall(r"\d+\.\d s", burst_row)) == 2, burst_row
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port

@@ -44,8 +44,8 @@ import yaml
 from trainer_sandbox import rbac_audit
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.errors import APIError
-from trainer_sandbox.apiserver.server import free_port
 from trainer_sandbox.backends import Cluster, RealCluster
+from trainer_sandbox.ports import free_port
 from trainer_sandbox.sandbox import local_apiserver
 
 Obj = dict[str, Any]

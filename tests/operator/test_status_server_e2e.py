@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import requests
 from operator_helpers import OPERATOR_USER, TJ, get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
+from trainer_sandbox.ports import free_port
 
 from trainer.controller.config import Configuration
 
@@ -37,13 +37,6 @@ JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 def audience(namespace: str, name: str) -> str:
     return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def chart_cluster_roles() -> list[Obj]:
@@ -73,7 +66,7 @@ def status_operator(real: RealCluster, tmp_path: Path) -> Iterator[tuple[Embedde
         real.create({**role, "metadata": {"name": name}})
         real.grant(OPERATOR_USER, name)
     kubeconfig = real.write_kubeconfig(tmp_path / "operator.kubeconfig", user=OPERATOR_USER)
-    port = _free_port()
+    port = free_port()
     config = Configuration.model_validate(
         {
             "featureGates": {"TrainJobStatus": True},

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trainer_sandbox.apiserver.server import free_port
 from trainer_sandbox.backends import Cluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
+from trainer_sandbox.ports import free_port
 
 from trainer.controller import tls_certificates
 from trainer.controller.config import Configuration

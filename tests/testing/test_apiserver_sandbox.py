@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from trainer_sandbox.apiserver import free_port
+from trainer_sandbox.ports import free_port
 
 
 def _start(kubeconfig: Path, port: int, *extra: str) -> tuple[subprocess.Popen[str], str]:

@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 from aiohttp import web
-from trainer_sandbox.apiserver import APIError, LocalAPIServer, free_port
+from trainer_sandbox.apiserver import APIError, LocalAPIServer
 from trainer_sandbox.apiserver.tls import serving_cert
+from trainer_sandbox.ports import free_port
 
 
 class WebhookServer:

@@ -7,7 +7,7 @@ client, kopf, the Kubeflow SDK). It is a test tool: no authorization, no persist
 from trainer_sandbox.apiserver.audit import AuditLog, AuditRecord
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.faults import FaultRule, Faults
-from trainer_sandbox.apiserver.server import ADMIN, JOBSET_CONTROLLER_USER, LocalAPIServer, free_port
+from trainer_sandbox.apiserver.server import ADMIN, JOBSET_CONTROLLER_USER, LocalAPIServer
 
 __all__ = [
     "ADMIN",
@@ -18,5 +18,4 @@ __all__ = [
     "FaultRule",
     "Faults",
     "LocalAPIServer",
-    "free_port",
 ]

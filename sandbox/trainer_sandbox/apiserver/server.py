@@ -7,7 +7,6 @@ import builtins
 import concurrent.futures
 import json
 import secrets
-import socket
 import threading
 from collections.abc import Callable, Coroutine, Iterable
 from pathlib import Path
@@ -27,18 +26,12 @@ from trainer_sandbox.apiserver.gc import GarbageCollector
 from trainer_sandbox.apiserver.handlers import Handlers
 from trainer_sandbox.apiserver.patching import APPLY, MERGE
 from trainer_sandbox.apiserver.tls import serving_cert
+from trainer_sandbox.ports import free_port
 
 T = TypeVar("T")
 
 ADMIN = "admin"
 JOBSET_CONTROLLER_USER = "system:serviceaccount:jobset-system:jobset-controller-manager"
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Controllers(Protocol):

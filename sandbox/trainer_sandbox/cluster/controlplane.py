@@ -31,6 +31,7 @@ from trainer_sandbox.cluster.kube import Kube, KubeError, probe, tls_context
 from trainer_sandbox.cluster.pki import ADMIN_USER, SERVICE_CIDR, KeyPair, Pki, make_pki, write_kubeconfig
 from trainer_sandbox.cluster.processes import Record
 from trainer_sandbox.cluster.stages import NODE_ANNOTATION, NODE_ANNOTATION_VALUE, write_stages
+from trainer_sandbox.ports import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 GO_MODULE = REPO_ROOT / "cluster"
@@ -261,7 +262,7 @@ class _Starter:
             self.kwok_port,
             self.webhook_port,
             self.jobset_health_port,
-        ) = processes.free_ports(8)
+        ) = free_ports(8)
         self.server = f"https://127.0.0.1:{self.apiserver_port}"
 
     # -- the sequence ------------------------------------------------------------------------

@@ -12,7 +12,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -27,25 +26,6 @@ class Record:
     name: str
     pid: int
     binary: str
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` distinct loopback ports that were free a moment ago.
-
-    All sockets are held open until every port is chosen, so the same port is never handed out
-    twice; another program can still take one before its component binds it (then that component
-    fails to start and ``up`` says so).
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def launch(
