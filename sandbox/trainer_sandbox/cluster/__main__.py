@@ -21,9 +21,11 @@ def _echo(line: str) -> None:
     print(line, flush=True)
 
 
-def up(directory: Path, bin_dir: Path | None, timeout: float) -> int:
+def up(directory: Path, bin_dir: Path | None, timeout: float, real_nodes: int = 0) -> int:
     try:
-        cp = ControlPlane.start(directory, bin_dir=bin_dir, echo=_echo, timeout=timeout)
+        cp = ControlPlane.start(
+            directory, bin_dir=bin_dir, echo=_echo, timeout=timeout, real_nodes=real_nodes
+        )
     except (StartError, AlreadyRunning, RuntimeError) as e:
         print(f"cluster up failed: {e}", file=sys.stderr)
         return 1
@@ -60,12 +62,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--bin-dir", type=Path, help="prebuilt binaries (default: build them with cluster/build)"
     )
     p_up.add_argument("--timeout", type=float, default=120.0, help="seconds each component may take")
+    p_up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="add N nodes that run real containers (root; kwok's nodes are then tainted)",
+    )
     p_down = sub.add_parser("down", help="stop every process `up` started in DIR")
     p_down.add_argument("--dir", type=Path, default=default_dir(), help="state directory (default: .cluster)")
     p_down.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     args = parser.parse_args(argv)
     if args.command == "up":
-        return up(args.dir, args.bin_dir, args.timeout)
+        return up(args.dir, args.bin_dir, args.timeout, args.real_nodes)
     return down(args.dir, args.grace)
 
 

@@ -26,8 +26,9 @@ from typing import Any
 
 import yaml
 
-from trainer_sandbox.cluster import install, processes
+from trainer_sandbox.cluster import install, nodenet, nodepool, processes
 from trainer_sandbox.cluster.kube import Kube, KubeError, probe, tls_context
+from trainer_sandbox.cluster.nodepool import NodePool, kwok_taint
 from trainer_sandbox.cluster.pki import ADMIN_USER, SERVICE_CIDR, KeyPair, Pki, make_pki, write_kubeconfig
 from trainer_sandbox.cluster.processes import Record
 from trainer_sandbox.cluster.stages import NODE_ANNOTATION, NODE_ANNOTATION_VALUE, write_stages
@@ -67,6 +68,8 @@ _OWNED = (
     "kwok-stages.yaml",
     "jobset-config.yaml",
     "audit-policy.yaml",
+    "images",
+    "nodes",
 )
 
 Echo = Callable[[str], None]
@@ -149,16 +152,18 @@ class ControlPlane:
         bin_dir: Path | str | None = None,
         echo: Echo | None = None,
         timeout: float = COMPONENT_TIMEOUT,
+        real_nodes: int = 0,
     ) -> ControlPlane:
         """Start a fresh cluster in ``directory`` (default ``.cluster`` in the repository) and return
         once every component is healthy; ``echo`` receives one line per component as it is.
+        ``real_nodes`` adds that many nodes that run containers (see ``nodepool``; needs root).
 
         On any failure everything started so far is stopped before the error propagates.
         """
         directory = Path(directory) if directory is not None else default_dir()
         directory = directory.resolve()
         binaries = Path(bin_dir) if bin_dir is not None else build_binaries()
-        starter = _Starter(directory, binaries, echo or (lambda _line: None), timeout)
+        starter = _Starter(directory, binaries, echo or (lambda _line: None), timeout, real_nodes)
         try:
             return starter.run()
         except BaseException:
@@ -186,7 +191,8 @@ class ControlPlane:
 
     def stop(self, grace: float = 10.0) -> list[str]:
         """Stop every process (SIGTERM, SIGKILL after ``grace``); returns those that needed SIGKILL."""
-        killed = processes.stop(_waves(self.records), grace, self._children)
+        _, extra = processes.load_records(self.dir / STATE_FILE)
+        killed = _stop(self.dir, self.records, extra, grace, self._children)
         with contextlib.suppress(FileNotFoundError):
             (self.dir / STATE_FILE).unlink()
         return killed
@@ -224,6 +230,24 @@ def _waves(records: Sequence[Record]) -> list[list[Record]]:
     return [[r for r in records if r.name not in last]] + [[r for r in records if r.name == n] for n in last]
 
 
+def _stop(
+    directory: Path,
+    records: Sequence[Record],
+    extra: dict[str, Any],
+    grace: float,
+    children: Sequence[subprocess.Popen[bytes]] = (),
+) -> list[str]:
+    """Stop the API server's clients, then what runs in real nodes' containers (clients too: the
+    API server would wait for their watches to drain), then the API server and etcd; then remove
+    the real nodes' cgroups, mounts and network."""
+    waves = _waves(records)
+    killed = processes.stop(waves[:1], grace, children)
+    NodePool.kill_containers(extra)
+    killed += processes.stop(waves[1:], grace, children)
+    NodePool.teardown(directory, extra)
+    return killed
+
+
 def _admin_pair(directory: Path) -> tuple[Path, Path]:
     return directory / "pki" / "admin.crt", directory / "pki" / "admin.key"
 
@@ -233,9 +257,9 @@ def stop_directory(directory: Path | str | None = None, grace: float = 10.0) -> 
     running and those that needed SIGKILL; nothing recorded or nothing running is not an error."""
     directory = (Path(directory) if directory is not None else default_dir()).resolve()
     state = directory / STATE_FILE
-    records, _ = processes.load_records(state)
+    records, extra = processes.load_records(state)
     running = [r.name for r in records if processes.is_ours(r)]
-    killed = processes.stop(_waves(records), grace)
+    killed = _stop(directory, records, extra, grace)
     with contextlib.suppress(FileNotFoundError):
         state.unlink()
     return running, killed
@@ -244,7 +268,9 @@ def stop_directory(directory: Path | str | None = None, grace: float = 10.0) -> 
 class _Starter:
     """One ``up``: the order components start in, and how each is known to be healthy."""
 
-    def __init__(self, directory: Path, bin_dir: Path, echo: Echo, timeout: float) -> None:
+    def __init__(
+        self, directory: Path, bin_dir: Path, echo: Echo, timeout: float, real_nodes: int = 0
+    ) -> None:
         self.dir = directory
         self.bin = bin_dir
         self.echo = echo
@@ -263,18 +289,30 @@ class _Starter:
             self.webhook_port,
             self.jobset_health_port,
         ) = free_ports(8)
-        self.server = f"https://127.0.0.1:{self.apiserver_port}"
+        self.pool = NodePool(directory, real_nodes, bin_dir) if real_nodes else None
+        # With real nodes the API server serves where nodes and pods reach it (the host's end of
+        # their network); host clients reach that address as well as loopback.
+        self.host = nodenet.HOST_IP if self.pool else "127.0.0.1"
+        self.server = f"https://{self.host}:{self.apiserver_port}"
 
     # -- the sequence ------------------------------------------------------------------------
     def run(self) -> ControlPlane:
         t0 = time.monotonic()
         self._prepare_directory()
+        if self.pool:
+            self._save_state()  # before the network exists, so that `down` finds it after a crash
+            self.pool.prepare()
         # Everything read from disk first: a missing module or file fails before anything starts.
         module = install.jobset_module_dir(GO_MODULE)
         jobset_crds = install.jobset_crds(module)
         other_crds = install.trainer_and_podgroup_crds()
         runtimes = install.runtimes()
-        pki = make_pki(self.dir / "pki", self.dir)
+        pki = make_pki(
+            self.dir / "pki",
+            self.dir,
+            node_names=self.pool.names if self.pool else (),
+            apiserver_ips=(self.host,) if self.pool else (),
+        )
         kubeconfigs = self._kubeconfigs(pki)
         ca_ctx = tls_context(pki.ca.cert)
         admin = Kube(self.server, tls_context(pki.ca.cert, pki.admin.cert, pki.admin.key))
@@ -306,7 +344,8 @@ class _Starter:
             env=_child_env(KUBECONFIG=str(kubeconfigs["jobset"])),
         )
         install.create_all(admin, other_crds)
-        install.create_all(admin, install.nodes())
+        kwok_nodes = install.nodes()
+        install.create_all(admin, kwok_taint(kwok_nodes) if self.pool else kwok_nodes)
         install.create_all(admin, install.volumes())
 
         self._await(
@@ -328,6 +367,8 @@ class _Starter:
         install.create_when_served(admin, runtimes, deadline)
         install.create_all(admin, install.public_configmap())
         self.echo(f"{'CRDs and runtimes installed':<28} {time.monotonic() - crds_started:5.1f}s")
+        if self.pool:
+            self.pool.start(pki, self.server, self._launch, self._await, admin, self.echo)
         self.echo(f"{'cluster up':<28} {time.monotonic() - t0:5.1f}s")
         return ControlPlane(
             dir=self.dir,
@@ -343,18 +384,19 @@ class _Starter:
         )
 
     def abort(self) -> None:
-        processes.stop(_waves(self.records), 5.0, self.children)
+        _stop(self.dir, self.records, self.pool.state() if self.pool else {}, 5.0, self.children)
         with contextlib.suppress(FileNotFoundError):
             (self.dir / STATE_FILE).unlink()
 
     # -- helpers -----------------------------------------------------------------------------
     def _prepare_directory(self) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        records, _ = processes.load_records(self.dir / STATE_FILE)
+        records, extra = processes.load_records(self.dir / STATE_FILE)
         alive = [r for r in records if processes.is_ours(r)]
         if alive:
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in alive)
             raise AlreadyRunning(f"a cluster is already running in {self.dir}: {names}; stop it with `down`")
+        NodePool.teardown(self.dir, extra)  # what a crashed `up` with real nodes left
         for name in _OWNED:
             path = self.dir / name
             if path.is_dir() and not path.is_symlink():
@@ -380,14 +422,22 @@ class _Starter:
             for name, pair in pairs.items()
         }
 
-    def _launch(self, name: str, argv: Sequence[str], env: dict[str, str] | None = None) -> None:
+    def _launch(
+        self, name: str, argv: Sequence[str], env: dict[str, str] | None = None, binary: str | None = None
+    ) -> None:
+        """Start a component; ``binary`` is what it runs as when ``argv`` starts with a prefix that
+        execs it (a real node's ``nsenter``), so that ``down`` recognises it."""
         proc = processes.launch(name, argv, self.dir / "logs" / f"{name}.log", env or _child_env())
         self.children.append(proc)
-        self.records.append(Record(name=name, pid=proc.pid, binary=argv[0]))
+        self.records.append(Record(name=name, pid=proc.pid, binary=binary or argv[0]))
         self.launched[name] = time.monotonic()
-        processes.save_records(
-            self.dir / STATE_FILE, self.records, {"bin_dir": str(self.bin), "server": self.server}
-        )
+        self._save_state()
+
+    def _save_state(self) -> None:
+        extra: dict[str, Any] = {"bin_dir": str(self.bin), "server": self.server}
+        if self.pool:
+            extra.update(self.pool.state())
+        processes.save_records(self.dir / STATE_FILE, self.records, extra)
 
     def _await(self, name: str, healthy: Callable[[], bool]) -> None:
         """Until ``healthy()``; fails naming ``name`` if its process exits or the time runs out."""
@@ -447,8 +497,8 @@ class _Starter:
         return [
             str(self.bin / "kube-apiserver"),
             f"--etcd-servers=http://127.0.0.1:{self.etcd_port}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            f"--bind-address={self.host}",
+            f"--advertise-address={self.host}",
             f"--secure-port={self.apiserver_port}",
             f"--cert-dir={self.dir / 'pki'}",
             f"--tls-cert-file={pki.apiserver.cert}",
@@ -467,6 +517,16 @@ class _Starter:
             "--audit-log-mode=blocking",  # each event is written before its response is sent
             "--audit-log-maxsize=0",
             "--audit-log-maxbackup=0",
+            *(
+                [
+                    f"--kubelet-client-certificate={pki.kubelet_client.cert}",
+                    f"--kubelet-client-key={pki.kubelet_client.key}",
+                    # Node names are not in any resolver: reach kubelets by the IP they report.
+                    "--kubelet-preferred-address-types=InternalIP",
+                ]
+                if self.pool and pki.kubelet_client
+                else []
+            ),
         ]
 
     def _controller_manager_argv(self, pki: Pki, kubeconfig: Path) -> list[str]:
@@ -479,7 +539,7 @@ class _Starter:
             f"--secure-port={self.kcm_port}",
             f"--tls-cert-file={pki.controller_manager_serving.cert}",
             f"--tls-private-key-file={pki.controller_manager_serving.key}",
-            f"--controllers={','.join(CONTROLLERS)}",
+            f"--controllers={','.join(CONTROLLERS + (nodepool.CONTROLLERS if self.pool else ()))}",
             "--use-service-account-credentials=true",
             "--leader-elect=false",
             f"--service-account-private-key-file={pki.sa_key}",

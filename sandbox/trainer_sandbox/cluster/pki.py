@@ -74,6 +74,11 @@ class Pki:
     jobset_webhook: KeyPair
     sa_key: Path
     sa_pub: Path
+    # The API server's identity to kubelets (logs, exec), and, with real nodes, each kubelet's
+    # (``system:node:<name>``, which the Node authorizer admits) and kube-proxy's.
+    kubelet_client: KeyPair | None = None
+    kubelets: tuple[KeyPair, ...] = ()
+    kube_proxy: KeyPair | None = None
 
 
 def _name(cn: str, orgs: Sequence[str] = ()) -> x509.Name:
@@ -179,16 +184,21 @@ class _Issuer:
         return self._write(stem, builder.sign(self.key, hashes.SHA256()), key, where)
 
 
-def make_pki(directory: Path, sa_dir: Path) -> Pki:
+def make_pki(
+    directory: Path, sa_dir: Path, *, node_names: Sequence[str] = (), apiserver_ips: Sequence[str] = ()
+) -> Pki:
     """Write a fresh CA and every certificate into ``directory``; the service-account key pair into
-    ``sa_dir`` (the cluster directory itself, where tests look for ``sa.key`` to sign tokens)."""
+    ``sa_dir`` (the cluster directory itself, where tests look for ``sa.key`` to sign tokens).
+    ``node_names`` are real nodes (a kubelet certificate each); ``apiserver_ips`` are addresses the
+    API server serves on besides loopback."""
     ca = _Issuer(directory)
     service_ip = next(ipaddress.IPv4Network(SERVICE_CIDR).hosts())
     sa_key_path, sa_pub_path = _service_account_keys(sa_dir)
+    extra_ips = tuple(ipaddress.ip_address(i) for i in apiserver_ips)
     return Pki(
         ca=ca.pair,
         apiserver=ca.issue(
-            "kube-apiserver", "kube-apiserver", dns=SERVICE_NAMES, ips=(_LOOPBACK, service_ip)
+            "kube-apiserver", "kube-apiserver", dns=SERVICE_NAMES, ips=(_LOOPBACK, service_ip, *extra_ips)
         ),
         admin=ca.issue("admin", ADMIN_USER, orgs=("system:masters",), client=True),
         controller_manager=ca.issue("kube-controller-manager", CONTROLLER_MANAGER_USER, client=True),
@@ -207,6 +217,17 @@ def make_pki(directory: Path, sa_dir: Path) -> Pki:
         ),
         sa_key=sa_key_path,
         sa_pub=sa_pub_path,
+        kubelet_client=ca.issue(
+            "kube-apiserver-kubelet-client",
+            "kube-apiserver-kubelet-client",
+            orgs=("system:masters",),
+            client=True,
+        ),
+        kubelets=tuple(
+            ca.issue(f"kubelet-{name}", f"system:node:{name}", orgs=("system:nodes",), client=True)
+            for name in node_names
+        ),
+        kube_proxy=ca.issue("kube-proxy", "system:kube-proxy", client=True) if node_names else None,
     )
 
 

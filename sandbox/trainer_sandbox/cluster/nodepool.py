@@ -1,0 +1,231 @@
+"""``up --real-nodes N``: the network, the nodes, their images and cluster DNS, and ``down``'s
+inverse of all of it.
+
+The control plane starts as without real nodes, but serves on the fabric's host address
+(``nodenet.HOST_IP``) so that nodes and pods reach it; then each node's containerd, kubelet and
+kube-proxy start as components of the cluster (recorded and stopped like the others), the images
+every node needs are imported, and CoreDNS is deployed. kwok's nodes stay, tainted, for tests of
+scale: a pod lands on one only if it tolerates ``realnode.KWOK_TAINT``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainer.api.objects import Obj
+from trainer_sandbox.cluster import clusterdns, debs, nodenet, oci, realnode
+from trainer_sandbox.cluster.kube import Kube, KubeError
+from trainer_sandbox.cluster.pki import Pki, write_kubeconfig
+from trainer_sandbox.cluster.realnode import Node
+
+
+class Launch(Protocol):
+    def __call__(self, name: str, argv: Sequence[str], *, binary: str) -> None: ...
+
+
+Await = Callable[[str, Callable[[], bool]], None]
+Echo = Callable[[str], None]
+
+# The controllers real pods need beside the control plane's: Services get endpoints, Deployments
+# (CoreDNS, the chart's operator) get pods.
+CONTROLLERS = ("endpointslice-controller", "deployment-controller", "replicaset-controller")
+
+
+BUSYBOX_IMAGE = "localhost/trainer/busybox:1"
+BUSYBOX_TOOLS = ("sh", "cat", "echo", "env", "hostname", "httpd", "ls", "nc", "nslookup", "sleep", "wget")
+
+
+def cluster_id(directory: Path) -> str:
+    """Four hex digits naming this cluster's namespaces, links and cgroups."""
+    return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:4]
+
+
+@dataclass
+class NodePool:
+    directory: Path
+    count: int
+    bin_dir: Path
+
+    @property
+    def id(self) -> str:
+        return cluster_id(self.directory)
+
+    @property
+    def network(self) -> nodenet.Network:
+        return nodenet.Network(self.id, self.count)
+
+    @property
+    def ns_dir(self) -> Path:
+        return self.directory / "nodes" / "ns"
+
+    @property
+    def nodes(self) -> list[Node]:
+        return [
+            Node(k, self.id, self.directory / "nodes" / realnode.node_name(k), self.ns_dir)
+            for k in range(self.count)
+        ]
+
+    @property
+    def names(self) -> list[str]:
+        return [realnode.node_name(k) for k in range(self.count)]
+
+    def state(self) -> dict[str, Any]:
+        return {"real_nodes": {"id": self.id, "count": self.count}}
+
+    # -- up --------------------------------------------------------------------------------
+    def prepare(self) -> None:
+        """Before the API server starts: check the host, make the network."""
+        realnode.preflight()
+        nodenet.setup(self.network)
+
+    def start(self, pki: Pki, server: str, launch: Launch, wait: Await, admin: Kube, echo: Echo) -> None:
+        t0 = time.monotonic()
+        images = self._write_images()
+        realnode.make_namespaces(self.ns_dir, self.nodes)
+        assert pki.kube_proxy is not None
+        proxy_kubeconfig = write_kubeconfig(
+            self.directory / "pki" / "kube-proxy.kubeconfig",
+            server,
+            pki.ca.cert,
+            pki.kube_proxy,
+            "kube-proxy",
+        )
+        configs = {}
+        for node, pair in zip(self.nodes, pki.kubelets, strict=True):
+            realnode.make_cgroups(node)
+            kubeconfig = write_kubeconfig(
+                self.directory / "pki" / f"kubelet-{node.name}.kubeconfig",
+                server,
+                pki.ca.cert,
+                pair,
+                f"system:node:{node.name}",
+            )
+            configs[node.name] = realnode.write_configs(
+                node,
+                bin_dir=self.bin_dir,
+                kubeconfig=kubeconfig,
+                proxy_kubeconfig=proxy_kubeconfig,
+                ca=pki.ca.cert,
+            )
+            self._launch(
+                launch,
+                f"containerd-{node.name}",
+                realnode.containerd_argv(node, self.bin_dir, configs[node.name]),
+            )
+        for node in self.nodes:
+            wait(f"containerd-{node.name}", lambda node=node: realnode.containerd_ready(node, self.bin_dir))  # type: ignore[misc]
+            for archive in images:
+                realnode.import_image(node, self.bin_dir, archive)
+            self._launch(
+                launch, f"kubelet-{node.name}", realnode.kubelet_argv(node, self.bin_dir, configs[node.name])
+            )
+            self._launch(
+                launch,
+                f"kube-proxy-{node.name}",
+                realnode.kube_proxy_argv(node, self.bin_dir, configs[node.name]),
+            )
+        for node in self.nodes:
+            wait(f"kubelet-{node.name}", lambda node=node: _node_ready(admin, node.name))  # type: ignore[misc]
+        for obj in clusterdns.objects():
+            admin.create(obj, exist_ok=True)
+        wait(
+            f"kubelet-{self.nodes[0].name}",
+            lambda: _deployment_available(admin, clusterdns.NAMESPACE, clusterdns.NAME),
+        )
+        echo(f"{f'{self.count} real node(s), DNS':<28} {time.monotonic() - t0:5.1f}s")
+
+    @staticmethod
+    def _launch(launch: Launch, name: str, argv: list[str]) -> None:
+        # The node's prefix (nsenter, then sh) execs the component: argv[-n] is what runs.
+        binary = next(a for a in argv if a.endswith(("/containerd", "/kubelet", "/kube-proxy")))
+        launch(name, argv, binary=binary)
+
+    def _write_images(self) -> list[Path]:
+        """The images every node needs, from binaries of ``cluster/build``."""
+        out = self.directory / "images"
+        out.mkdir(exist_ok=True)
+        pause = out / "pause.tar"
+        oci.write_archive(
+            pause,
+            oci.Image(realnode.PAUSE_IMAGE, entrypoint=["/pause"]),
+            [oci.file_layer([oci.File("pause", source=self.bin_dir / "pause")])],
+        )
+        dns = out / "coredns.tar"
+        oci.write_archive(
+            dns,
+            oci.Image(clusterdns.IMAGE, entrypoint=["/coredns"], user="65532"),
+            [oci.file_layer([oci.File("coredns", source=self.bin_dir / "coredns")])],
+        )
+        archives = [pause, dns]
+        busybox = debs.package_file("busybox-static", "bin/busybox")
+        if busybox is not None:  # a shell and tools for smoke tests
+            box = out / "busybox.tar"
+            links = [oci.File(f"bin/{tool}", link="busybox") for tool in BUSYBOX_TOOLS]
+            oci.write_archive(
+                box,
+                oci.Image(BUSYBOX_IMAGE, cmd=["sh"], env={"PATH": "/bin"}),
+                [oci.file_layer([oci.File("bin/busybox", source=busybox), *links])],
+            )
+            archives.append(box)
+        return archives
+
+    # -- down ------------------------------------------------------------------------------
+    @staticmethod
+    def kill_containers(extra: dict[str, Any]) -> None:
+        """SIGKILL everything left in the nodes' cgroups: containers, shims, and any daemon that
+        did not stop."""
+        info = extra.get("real_nodes")
+        if isinstance(info, dict):
+            realnode.kill_cgroups(str(info["id"]), int(info["count"]))
+
+    @staticmethod
+    def teardown(directory: Path, extra: dict[str, Any]) -> list[str]:
+        """Remove the nodes' leftovers (processes in their cgroups, cgroups, mounts) and the
+        network recorded in ``extra``; safe to call twice and after a crash."""
+        info = extra.get("real_nodes")
+        if not isinstance(info, dict):
+            return []
+        ident, count = str(info["id"]), int(info["count"])
+        removed = realnode.teardown(ident, count, directory / "nodes" / "ns")
+        removed += nodenet.teardown(nodenet.Network(ident, count))
+        if not realnode.mounts_under(directory / "nodes"):
+            with contextlib.suppress(FileNotFoundError):
+                shutil.rmtree(directory / "nodes")
+        return removed
+
+
+def kwok_taint(nodes: list[Obj]) -> list[Obj]:
+    """kwok's nodes, tainted so that pods land on real nodes unless they tolerate the taint."""
+    for node in nodes:
+        node.setdefault("spec", {})["taints"] = [dict(realnode.KWOK_TAINT)]
+    return nodes
+
+
+def _node_ready(admin: Kube, name: str) -> bool:
+    try:
+        node = admin.get(f"/api/v1/nodes/{name}")
+    except KubeError as e:
+        if e.status == 404:
+            return False
+        raise
+    conditions = (node.get("status") or {}).get("conditions") or []
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    kept = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]
+    if kept != taints:  # no node-lifecycle controller runs: lift the registration taint here
+        admin.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": kept or None}})
+    return True
+
+
+def _deployment_available(admin: Kube, namespace: str, name: str) -> bool:
+    dep = admin.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+    status = dep.get("status") or {}
+    return int(status.get("availableReplicas") or 0) >= int((dep.get("spec") or {}).get("replicas") or 1)
