@@ -70,6 +70,7 @@ _OWNED = (
     "audit-policy.yaml",
     "images",
     "nodes",
+    "registry.yaml",
 )
 
 Echo = Callable[[str], None]
@@ -289,7 +290,9 @@ class _Starter:
             self.webhook_port,
             self.jobset_health_port,
         ) = free_ports(8)
-        self.pool = NodePool(directory, real_nodes, bin_dir) if real_nodes else None
+        self.pool = (
+            NodePool(directory, real_nodes, bin_dir, registry_port=free_ports(1)[0]) if real_nodes else None
+        )
         # With real nodes the API server serves where nodes and pods reach it (the host's end of
         # their network); host clients reach that address as well as loopback.
         self.host = nodenet.HOST_IP if self.pool else "127.0.0.1"
@@ -301,7 +304,7 @@ class _Starter:
         self._prepare_directory()
         if self.pool:
             self._save_state()  # before the network exists, so that `down` finds it after a crash
-            self.pool.prepare()
+            self.pool.prepare(self.echo)
         # Everything read from disk first: a missing module or file fails before anything starts.
         module = install.jobset_module_dir(GO_MODULE)
         jobset_crds = install.jobset_crds(module)

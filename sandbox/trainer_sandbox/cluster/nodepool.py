@@ -15,12 +15,12 @@ import hashlib
 import shutil
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from trainer.api.objects import Obj
-from trainer_sandbox.cluster import clusterdns, debs, nodenet, oci, realnode
+from trainer_sandbox.cluster import clusterdns, debs, images, nodenet, oci, realnode, registry
 from trainer_sandbox.cluster.kube import Kube, KubeError
 from trainer_sandbox.cluster.pki import Pki, write_kubeconfig
 from trainer_sandbox.cluster.realnode import Node
@@ -52,6 +52,8 @@ class NodePool:
     directory: Path
     count: int
     bin_dir: Path
+    registry_port: int = 0
+    training_rootfs: dict[str, Path] = field(default_factory=dict)
 
     @property
     def id(self) -> str:
@@ -80,14 +82,21 @@ class NodePool:
         return {"real_nodes": {"id": self.id, "count": self.count}}
 
     # -- up --------------------------------------------------------------------------------
-    def prepare(self) -> None:
-        """Before the API server starts: check the host, make the network."""
+    @property
+    def registry_address(self) -> str:
+        return f"{nodenet.HOST_IP}:{self.registry_port}"
+
+    def prepare(self, echo: Echo) -> None:
+        """Before the API server starts: check the host, build (or find) the training image, make
+        the network."""
         realnode.preflight()
+        self.training_rootfs = {r.key: images.rootfs(r, echo) for r in images.RECIPES}
         nodenet.setup(self.network)
 
     def start(self, pki: Pki, server: str, launch: Launch, wait: Await, admin: Kube, echo: Echo) -> None:
         t0 = time.monotonic()
-        images = self._write_images()
+        archives = self._write_images()
+        self._start_registry(launch, wait, echo)
         realnode.make_namespaces(self.ns_dir, self.nodes)
         assert pki.kube_proxy is not None
         proxy_kubeconfig = write_kubeconfig(
@@ -100,6 +109,7 @@ class NodePool:
         configs = {}
         for node, pair in zip(self.nodes, pki.kubelets, strict=True):
             realnode.make_cgroups(node)
+            registry.write_hosts(node.dir / "certs.d", self.registry_address)
             kubeconfig = write_kubeconfig(
                 self.directory / "pki" / f"kubelet-{node.name}.kubeconfig",
                 server,
@@ -121,7 +131,7 @@ class NodePool:
             )
         for node in self.nodes:
             wait(f"containerd-{node.name}", lambda node=node: realnode.containerd_ready(node, self.bin_dir))  # type: ignore[misc]
-            for archive in images:
+            for archive in archives:
                 realnode.import_image(node, self.bin_dir, archive)
             self._launch(
                 launch, f"kubelet-{node.name}", realnode.kubelet_argv(node, self.bin_dir, configs[node.name])
@@ -140,6 +150,24 @@ class NodePool:
             lambda: _deployment_available(admin, clusterdns.NAMESPACE, clusterdns.NAME),
         )
         echo(f"{f'{self.count} real node(s), DNS':<28} {time.monotonic() - t0:5.1f}s")
+
+    def _start_registry(self, launch: Launch, wait: Await, echo: Echo) -> None:
+        """The registry on the host's end of the nodes' network, with the training image in it
+        under the bundled runtimes' names."""
+        storage = debs.cache_dir().parent / "registry"
+        storage.mkdir(parents=True, exist_ok=True)
+        config = registry.write_config(self.directory / "registry.yaml", storage, self.registry_address)
+        binary = str(self.bin_dir / "registry")
+        launch("registry", [binary, "serve", str(config)], binary=binary)
+        client = registry.Client(self.registry_address)
+        wait("registry", client.ping)
+        for recipe in images.RECIPES:
+            if recipe.key not in self.training_rootfs:
+                continue
+            t0 = time.monotonic()
+            blobs = recipe.blobs(self.training_rootfs[recipe.key])
+            uploaded = sum(client.push(name, blobs) for name in recipe.names)
+            echo(f"{f'{recipe.key} image pushed ({uploaded} blobs)':<28} {time.monotonic() - t0:5.1f}s")
 
     @staticmethod
     def _launch(launch: Launch, name: str, argv: list[str]) -> None:

@@ -77,26 +77,41 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def write_archive(path: Path, image: Image, layers: Sequence[Path | bytes]) -> str:
-    """Write ``image`` with ``layers`` (uncompressed tars, bottom first) as an OCI archive at
-    ``path``; return the manifest's digest. A layer given as a path is streamed, not read whole."""
-    layer_descs: list[dict[str, Any]] = []
-    diff_ids: list[str] = []
-    sources: list[tuple[str, Path | bytes, int]] = []
+@dataclass(frozen=True)
+class Blob:
+    digest: str
+    size: int
+    source: Path | bytes
+
+
+@dataclass(frozen=True)
+class Blobs:
+    """An image as a registry or an archive stores it: the manifest, the config, the layers."""
+
+    manifest: bytes
+    config: Blob
+    layers: tuple[Blob, ...]
+
+    @property
+    def manifest_digest(self) -> str:
+        return _digest(self.manifest)
+
+
+def image_blobs(image: Image, layers: Sequence[Path | bytes]) -> Blobs:
+    """The blobs of ``image`` with ``layers`` (uncompressed tars, bottom first). A layer given as a
+    path is hashed by streaming, never read whole (a root filesystem is a gigabyte or more)."""
+    blobs: list[Blob] = []
     for layer in layers:
         if isinstance(layer, bytes):
-            digest, size = _digest(layer), len(layer)
-        else:
-            h = hashlib.sha256()
-            size = 0
-            with layer.open("rb") as f:
-                while chunk := f.read(1 << 20):
-                    h.update(chunk)
-                    size += len(chunk)
-            digest = "sha256:" + h.hexdigest()
-        layer_descs.append({"mediaType": LAYER, "digest": digest, "size": size})
-        diff_ids.append(digest)
-        sources.append((digest, layer, size))
+            blobs.append(Blob(_digest(layer), len(layer), layer))
+            continue
+        h = hashlib.sha256()
+        size = 0
+        with layer.open("rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+                size += len(chunk)
+        blobs.append(Blob("sha256:" + h.hexdigest(), size, layer))
     config: dict[str, Any] = {
         "architecture": "amd64",
         "os": "linux",
@@ -111,18 +126,23 @@ def write_archive(path: Path, image: Image, layers: Sequence[Path | bytes]) -> s
             }.items()
             if v is not None
         },
-        "rootfs": {"type": "layers", "diff_ids": diff_ids},
+        "rootfs": {"type": "layers", "diff_ids": [b.digest for b in blobs]},
     }
     config_bytes = json.dumps(config, sort_keys=True).encode()
-    config_digest = _digest(config_bytes)
+    config_blob = Blob(_digest(config_bytes), len(config_bytes), config_bytes)
     manifest: dict[str, Any] = {
         "schemaVersion": 2,
         "mediaType": MANIFEST,
-        "config": {"mediaType": CONFIG, "digest": config_digest, "size": len(config_bytes)},
-        "layers": layer_descs,
+        "config": {"mediaType": CONFIG, "digest": config_blob.digest, "size": config_blob.size},
+        "layers": [{"mediaType": LAYER, "digest": b.digest, "size": b.size} for b in blobs],
     }
-    manifest_bytes = json.dumps(manifest, sort_keys=True).encode()
-    manifest_digest = _digest(manifest_bytes)
+    return Blobs(json.dumps(manifest, sort_keys=True).encode(), config_blob, tuple(blobs))
+
+
+def write_archive(path: Path, image: Image, layers: Sequence[Path | bytes]) -> str:
+    """Write ``image`` with ``layers`` as an OCI archive at ``path``; return the manifest's digest."""
+    blobs = image_blobs(image, layers)
+    manifest_bytes, manifest_digest = blobs.manifest, blobs.manifest_digest
     index = {
         "schemaVersion": 2,
         "manifests": [
@@ -149,14 +169,14 @@ def write_archive(path: Path, image: Image, layers: Sequence[Path | bytes]) -> s
         add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
         add("index.json", json.dumps(index, sort_keys=True).encode())
         add(f"blobs/sha256/{manifest_digest[7:]}", manifest_bytes)
-        add(f"blobs/sha256/{config_digest[7:]}", config_bytes)
-        for digest, layer, size in sources:
-            if isinstance(layer, bytes):
-                add(f"blobs/sha256/{digest[7:]}", layer)
-            else:
-                info = tarfile.TarInfo(f"blobs/sha256/{digest[7:]}")
-                info.size, info.mode, info.mtime = size, 0o644, EPOCH
-                with layer.open("rb") as f:
-                    tar.addfile(info, f)
+        for blob in (blobs.config, *blobs.layers):
+            name = f"blobs/sha256/{blob.digest[7:]}"
+            if isinstance(blob.source, bytes):
+                add(name, blob.source)
+                continue
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = blob.size, 0o644, EPOCH
+            with blob.source.open("rb") as f:
+                tar.addfile(info, f)
     tmp.replace(path)
     return manifest_digest

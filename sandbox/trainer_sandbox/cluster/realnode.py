@@ -176,7 +176,7 @@ def write_configs(
 ) -> dict[str, Path]:
     """containerd's, kubelet's, kube-proxy's and CNI's configuration files for ``node``."""
     d = node.dir
-    for sub in ("containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam"):
+    for sub in ("containerd", "kubelet", "pod-logs", "cni/net.d", "cni/ipam", "certs.d"):
         (d / sub).mkdir(parents=True, exist_ok=True)
     cni = {
         "cniVersion": "1.0.0",
@@ -227,6 +227,8 @@ state = "/run/containerd/state"
 
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.registry]
+    config_path = "{d / "certs.d"}"
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{PAUSE_IMAGE}"
 """
