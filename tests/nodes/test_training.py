@@ -15,7 +15,9 @@ import pytest
 from conftest import Kubectl
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.cluster import ControlPlane
+from trainer_sandbox.cluster.nodenet import HOST_IP
 from trainer_sandbox.operator_process import OperatorProcess
+from trainer_sandbox.ports import free_port
 
 pytestmark = pytest.mark.real_nodes
 
@@ -61,7 +63,14 @@ def operator(
         kubectl=str(nodes_plane.kubectl),
     )
     user = "system:serviceaccount:default:trainer-real-nodes"
-    process = OperatorProcess(cluster, tmp_path_factory.mktemp("operator"), user=user)
+    # The progress status server listens where pods reach the host (the fabric's address), with
+    # the self-signed certificate an operator without webhooks makes for its advertised host.
+    port = free_port(HOST_IP)
+    config = {
+        "featureGates": {"TrainJobStatus": True},
+        "statusServer": {"host": HOST_IP, "port": port, "advertisedURL": f"https://{HOST_IP}:{port}"},
+    }
+    process = OperatorProcess(cluster, tmp_path_factory.mktemp("operator"), user=user, config=config)
     cluster.grant(user)
     process.start()
     try:
@@ -137,6 +146,44 @@ def test_torch_ddp_trains_on_two_nodes_with_two_processes_each(
         first = next(float(loss) for r, _, _, s, loss in lines if int(r) == rank and s == "0")
         last = next(float(loss) for r, _, _, s, loss in lines if int(r) == rank and s == "299")
         assert last < first / 100, (rank, first, last)  # the model learned
+
+
+def test_training_reports_progress_through_the_status_server(
+    operator: OperatorProcess, kubectl: Kubectl
+) -> None:
+    report = textwrap.dedent(
+        """
+        import os, time
+        import torch.distributed as dist
+        from kubeflow.trainer import update_trainjob_status
+        dist.init_process_group("gloo")
+        if dist.get_rank() == 0:
+            sent = update_trainjob_status(progress_percent=42, estimated_remaining_seconds=30, metrics={"loss": 0.25})
+            print(f"reported={sent}", flush=True)
+        time.sleep(25)
+        dist.barrier()
+        dist.destroy_process_group()
+        """
+    )
+    kubectl.apply(
+        trainjob(
+            "progress",
+            "torch-distributed",
+            numNodes=2,
+            command=script_command(report, "torchrun /tmp/main.py"),
+        )
+    )
+
+    def shown() -> str:
+        columns = kubectl("get", "trainjob", "progress", "--no-headers").split()
+        return columns[1] if len(columns) > 1 and columns[1].isdigit() else ""
+
+    assert kubectl.wait_for("the progress column", shown, timeout=150) == "42"
+    status = kubectl.get("trainjob", "progress")["status"]["trainerStatus"]
+    assert status["progressPercentage"] == 42 and status["estimatedRemainingSeconds"] == 30, status
+    assert status["metrics"] == [{"name": "loss", "value": "0.25"}], status
+    assert finished(kubectl, "progress")[0] == "Complete"
+    assert "reported=True" in logs(kubectl, "progress")
 
 
 def test_mpi_reaches_every_host_over_ssh_and_allreduces(operator: OperatorProcess, kubectl: Kubectl) -> None:

@@ -3,7 +3,8 @@
 Two images, one per bundled runtime family, each with what that runtime's contract needs on CPU:
 
 - ``torch``: Debian 13's ``python3-torch`` (2.6, CPU; PyPI's Linux wheel is the CUDA build with
-  gigabytes of NVIDIA libraries) and NumPy, under the torch-distributed runtime's image name.
+  gigabytes of NVIDIA libraries), NumPy and the Kubeflow SDK (its progress helper), under the
+  torch-distributed runtime's image name.
 - ``mpi``: Debian 12's OpenMPI 4.1 with ``mpi4py`` and an SSH server, under the
   deepspeed-distributed runtime's. OpenMPI 4, not Debian 13's 5: the MPI runtimes set
   ``OMPI_MCA_orte_*`` (the hostfile among them), which OpenMPI 5 no longer reads. It meets the
@@ -22,6 +23,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
@@ -71,7 +73,14 @@ Host *
 CFG
 rm -f "$root"/etc/ssh/ssh_host_*
 """
-TORCH_CUSTOMIZE = r"""# Debian builds torch without libuv, yet two TCPStores on torchrun's path (the static rendezvous
+TORCH_CUSTOMIZE = r"""# The Kubeflow SDK, for its progress helper (update_trainjob_status): training scripts call it
+# unmodified. Its wheels were downloaded on the host ("$2"), whose pip knows the way to PyPI; they
+# go to /usr/local beside Debian's packages (pip cannot replace those: it has no record of them).
+cp -r "$2" "$root/tmp/wheels"
+chroot "$root" pip install --isolated --quiet --no-index --find-links /tmp/wheels --break-system-packages \
+    --ignore-installed kubeflow==0.5.0
+rm -rf "$root/tmp/wheels"
+# Debian builds torch without libuv, yet two TCPStores on torchrun's path (the static rendezvous
 # the PET_* env selects, and each worker's client of the agent's store) are made with libuv's
 # default and cannot be told otherwise: every torchrun fails at once. Pass the choice that
 # USE_LIBUV=0 (in the image's env) makes elsewhere; the build fails if torch's code has moved.
@@ -107,9 +116,11 @@ class Recipe:
     customize: str
     names: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
+    wheels: tuple[str, ...] = ()  # requirements downloaded from PyPI for the image's Python
+    python: str = "3.13"
 
     def digest(self) -> str:
-        text = "\n".join([self.suite, MIRROR, *self.packages, COMMON, self.customize, *EXCLUDE])
+        text = "\n".join([self.suite, MIRROR, *self.packages, COMMON, self.customize, *EXCLUDE, *self.wheels])
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def blobs(self, layer: Path) -> oci.Blobs:
@@ -120,10 +131,11 @@ class Recipe:
 TORCH = Recipe(
     key="torch",
     suite="trixie",
-    packages=("python3", "python3-torch", "python3-numpy", "ca-certificates", "procps"),
+    packages=("python3", "python3-torch", "python3-numpy", "python3-pip", "ca-certificates", "procps"),
     customize=TORCH_CUSTOMIZE,
     names=("pytorch/pytorch:2.13.0-cuda13.0-cudnn9-runtime", "localhost/trainer/torch:1"),
     env={"USE_LIBUV": "0"},
+    wheels=("kubeflow==0.5.0",),
 )
 MPI = Recipe(
     key="mpi",
@@ -170,11 +182,15 @@ def rootfs(recipe: Recipe, echo: Echo) -> Path:
         hook.write_text(COMMON + recipe.customize)
         hook.chmod(0o755)
         out = Path(tmp) / "rootfs.tar"
+        wheels = Path(tmp) / "wheels"
+        wheels.mkdir()
+        if recipe.wheels:
+            _download_wheels(recipe, wheels)
         argv = [
             "mmdebstrap",
             "--variant=minbase",
             f"--include={','.join(recipe.packages)}",
-            f'--customize-hook={hook} "$1"',
+            f'--customize-hook={hook} "$1" {wheels}',
             *(f"--dpkgopt=path-exclude={p}" for p in EXCLUDE),
             recipe.suite,
             str(out),
@@ -186,3 +202,18 @@ def rootfs(recipe: Recipe, echo: Echo) -> Path:
         os.replace(out, target)
     echo(f"{recipe.key + ' image built':<28} {time.monotonic() - t0:5.1f}s")
     return target
+
+
+def _download_wheels(recipe: Recipe, into: Path) -> None:
+    """Binary wheels of ``recipe.wheels`` and their dependencies for the image's Python on
+    x86-64 Linux, fetched with this interpreter's pip (and its configuration)."""
+    tag = recipe.python.replace(".", "")
+    argv = [
+        sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(into), "--only-binary=:all:",
+        "--python-version", recipe.python, "--implementation", "cp", "--abi", f"cp{tag}",
+        "--platform", "manylinux_2_28_x86_64", "--platform", "manylinux_2_17_x86_64",
+        "--platform", "manylinux2014_x86_64", *recipe.wheels,
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"pip download {' '.join(recipe.wheels)} failed:\n{result.stderr[-3000:]}")
