@@ -3,8 +3,15 @@
 #
 #   docker build -t trainer-operator:0.1.0 .
 #
+# BASE_IMAGE: a Python 3.11 image with venv and `python` on PATH, for builds where Docker Hub
+# cannot be reached (scripts/cluster builds this file with buildah on a base made from Debian's
+# packages). PIP_INDEX_URL and PIP_CERT: for builds behind a mirror or a TLS-inspecting proxy.
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+
 # Build stage: install the project and its dependencies into a virtual environment.
-FROM python:3.11.14-slim-bookworm AS build
+FROM ${BASE_IMAGE} AS build
+ARG PIP_INDEX_URL
+ARG PIP_CERT
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PIP_NO_CACHE_DIR=1 \
@@ -24,7 +31,7 @@ RUN /opt/trainer/bin/pip install --no-cache-dir . \
     && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib
 
 # Run stage: the interpreter, the virtual environment, and nothing to build with.
-FROM python:3.11.14-slim-bookworm
+FROM ${BASE_IMAGE}
 
 LABEL org.opencontainers.image.title="trainer-operator" \
       org.opencontainers.image.description="Kubeflow Trainer v2 control plane (trainer.kubeflow.org/v1alpha1) in Python" \

@@ -1,6 +1,7 @@
 """The operator's image: the Dockerfile is lint-clean (hadolint), multi-stage, pinned, non-root, and runs
-the command the chart's Deployment runs. No Docker engine runs here, so the image is not built; the
-command it runs is run from the project's environment instead."""
+the command the chart's Deployment runs. No Docker engine runs here: the image is built with buildah
+for the real nodes, where the chart runs it (tests/nodes/test_chart_real.py); here the command it
+runs is run from the project's environment."""
 
 from __future__ import annotations
 
@@ -56,8 +57,25 @@ def test_hadolint_is_clean() -> None:
     assert result.returncode == 0 and result.stdout == "", result.stdout + result.stderr
 
 
+def global_args() -> dict[str, str]:
+    """The defaults of the ARGs declared before the first FROM (the base-image argument)."""
+    out: dict[str, str] = {}
+    for word, args in instructions():
+        if word == "FROM":
+            break
+        if word == "ARG":
+            name, _, default = args.partition("=")
+            out[name] = default
+    return out
+
+
 def test_multi_stage_on_a_pinned_base() -> None:
-    bases = [args.split()[0] for word, args in instructions() if word == "FROM"]
+    defaults = global_args()
+    bases = [
+        re.sub(r"\$\{(\w+)\}", lambda m: defaults[m.group(1)], args.split()[0])
+        for word, args in instructions()
+        if word == "FROM"
+    ]
     assert len(bases) >= 2, "a build stage and a run stage"
     for base in bases:
         _, _, tag = base.partition(":")

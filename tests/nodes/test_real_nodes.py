@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Kubectl
+from node_helpers import Kubectl
 from trainer_sandbox.cluster.nodepool import BUSYBOX_IMAGE
 from trainer_sandbox.cluster.realnode import KWOK_TAINT, REAL_NODE_LABEL
 

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import HOST_PATHS, leftovers, require_real_nodes
+from node_helpers import HOST_PATHS, leftovers, require_real_nodes
 from trainer_sandbox.cluster import ControlPlane, build_binaries
 from trainer_sandbox.cluster.nodepool import BUSYBOX_IMAGE, cluster_id
+from trainer_sandbox.cluster.realnode import read_sysctls
 
 pytestmark = pytest.mark.real_nodes
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,18 +51,24 @@ def _busy_cluster(directory: Path) -> ControlPlane:
 def test_down_leaves_nothing_behind(how: str, tmp_path: Path) -> None:
     require_real_nodes()
     absent = [p for p in HOST_PATHS if not p.exists()]
+    settings = read_sysctls()
     directory = tmp_path / "cluster"
-    plane = _busy_cluster(directory)
     ident = cluster_id(directory)
-    assert leftovers(directory, ident), "the check sees a running cluster"
-    if how == "crash-then-down":
-        # Every process of the cluster dies at once, as on a crash of the machine's session:
-        # nothing got to unmount or delete anything.
-        for record in plane.records:
-            os.kill(record.pid, signal.SIGKILL)
-    out = subprocess.run(
-        [str(ROOT / "scripts" / "cluster"), "down", "--dir", str(directory)], capture_output=True, text=True
-    )
+    try:
+        plane = _busy_cluster(directory)
+        assert leftovers(directory, ident), "the check sees a running cluster"
+        if how == "crash-then-down":
+            # Every process of the cluster dies at once, as on a crash of the machine's session:
+            # nothing got to unmount or delete anything.
+            for record in plane.records:
+                os.kill(record.pid, signal.SIGKILL)
+    finally:  # whatever happened, `down` is what is tested, and it must run
+        out = subprocess.run(
+            [str(ROOT / "scripts" / "cluster"), "down", "--dir", str(directory)],
+            capture_output=True,
+            text=True,
+        )
     assert out.returncode == 0, out.stderr
     assert leftovers(directory, ident) == []
+    assert read_sysctls() == settings  # what kubelet changed host-wide is put back
     assert [p for p in absent if p.exists()] == []

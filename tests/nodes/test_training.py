@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from conftest import Kubectl
+from node_helpers import Kubectl
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.cluster import ControlPlane
 from trainer_sandbox.cluster.nodenet import HOST_IP
@@ -252,7 +252,7 @@ def test_a_failing_rank_fails_the_trainjob_by_the_runtimes_failure_policy(
 
 def test_active_deadline_ends_running_containers(operator: OperatorProcess, kubectl: Kubectl) -> None:
     job = trainjob("late", "torch-distributed", numNodes=2, command=["bash", "-c", "echo started; sleep 600"])
-    job["spec"]["activeDeadlineSeconds"] = 20
+    job["spec"]["activeDeadlineSeconds"] = 45  # room for a first pull of the image
     kubectl.apply(job)
     kubectl.wait_for(
         "the pods to run",

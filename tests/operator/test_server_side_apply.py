@@ -62,7 +62,10 @@ def _node_selector_patch(manager: str, selector: dict[str, str]) -> dict[str, An
 def test_resume_keeps_what_another_manager_set_on_the_suspended_jobset(
     cluster: Cluster, operator: EmbeddedOperator
 ) -> None:
-    cluster.create(trainjob("queued", suspend=True))
+    # Its pods keep running once resumed: a world that settles and stays settled (pods that end
+    # would complete the JobSet, a status the forced reconcile below would rightly copy).
+    running = {"env": [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]}
+    cluster.create(trainjob("queued", suspend=True, trainer=running))
     wait_for(
         lambda: (get_or_none(cluster, JS, "JobSet", "queued") or {}).get("spec", {}).get("suspend") is True,
         what="the suspended JobSet",

@@ -18,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import kopf
@@ -451,6 +453,9 @@ class Operator:
             registry=self.registry(),
             settings=settings,
             standalone=True,
+            # kopf would name us user@host, and looks the user up in /etc/passwd, where the
+            # image's uid 65532 (or OpenShift's random uid) has no entry: it would stop at start.
+            identity=cast("Any", socket.gethostname()),
             clusterwide=clusterwide,
             namespaces=list(self.namespaces),
             liveness_endpoint=liveness_endpoint,

@@ -21,10 +21,17 @@ def _echo(line: str) -> None:
     print(line, flush=True)
 
 
-def up(directory: Path, bin_dir: Path | None, timeout: float, real_nodes: int = 0) -> int:
+def up(
+    directory: Path, bin_dir: Path | None, timeout: float, real_nodes: int = 0, trainer_objects: bool = True
+) -> int:
     try:
         cp = ControlPlane.start(
-            directory, bin_dir=bin_dir, echo=_echo, timeout=timeout, real_nodes=real_nodes
+            directory,
+            bin_dir=bin_dir,
+            echo=_echo,
+            timeout=timeout,
+            real_nodes=real_nodes,
+            trainer_objects=trainer_objects,
         )
     except (StartError, AlreadyRunning, RuntimeError) as e:
         print(f"cluster up failed: {e}", file=sys.stderr)
@@ -69,12 +76,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="N",
         help="add N nodes that run real containers (root; kwok's nodes are then tainted)",
     )
+    p_up.add_argument(
+        "--no-trainer-objects",
+        action="store_true",
+        help="leave out the trainer CRDs and default runtimes, for `helm install` of the chart",
+    )
     p_down = sub.add_parser("down", help="stop every process `up` started in DIR")
     p_down.add_argument("--dir", type=Path, default=default_dir(), help="state directory (default: .cluster)")
     p_down.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     args = parser.parse_args(argv)
     if args.command == "up":
-        return up(args.dir, args.bin_dir, args.timeout, args.real_nodes)
+        return up(args.dir, args.bin_dir, args.timeout, args.real_nodes, not args.no_trainer_objects)
     return down(args.dir, args.grace)
 
 

@@ -71,6 +71,7 @@ _OWNED = (
     "images",
     "nodes",
     "registry.yaml",
+    "registry-push.yaml",
 )
 
 Echo = Callable[[str], None]
@@ -108,10 +109,14 @@ def build_binaries() -> Path:
 
 
 def _child_env(**extra: str) -> dict[str, str]:
-    """The components' environment: no KUBECONFIG of the caller's, loopback never proxied."""
+    """The components' environment: no KUBECONFIG of the caller's; loopback, the real nodes'
+    networks and cluster names never proxied."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+    local = (
+        f"127.0.0.1,localhost,{nodenet.FABRIC_CIDR},{nodenet.POD_CIDRS},{SERVICE_CIDR},.svc,.cluster.local"
+    )
     for key in ("NO_PROXY", "no_proxy"):
-        env[key] = ",".join(x for x in ("127.0.0.1,localhost", env.get(key, "")) if x)
+        env[key] = ",".join(x for x in (local, env.get(key, "")) if x)
     env.update(extra)
     return env
 
@@ -154,17 +159,22 @@ class ControlPlane:
         echo: Echo | None = None,
         timeout: float = COMPONENT_TIMEOUT,
         real_nodes: int = 0,
+        trainer_objects: bool = True,
     ) -> ControlPlane:
         """Start a fresh cluster in ``directory`` (default ``.cluster`` in the repository) and return
         once every component is healthy; ``echo`` receives one line per component as it is.
         ``real_nodes`` adds that many nodes that run containers (see ``nodepool``; needs root).
+        ``trainer_objects=False`` leaves out the trainer CRDs, the default runtimes and the public
+        ConfigMap, for an install of the chart (Helm adopts nothing it did not make).
 
         On any failure everything started so far is stopped before the error propagates.
         """
         directory = Path(directory) if directory is not None else default_dir()
         directory = directory.resolve()
         binaries = Path(bin_dir) if bin_dir is not None else build_binaries()
-        starter = _Starter(directory, binaries, echo or (lambda _line: None), timeout, real_nodes)
+        starter = _Starter(
+            directory, binaries, echo or (lambda _line: None), timeout, real_nodes, trainer_objects
+        )
         try:
             return starter.run()
         except BaseException:
@@ -243,7 +253,7 @@ def _stop(
     the real nodes' cgroups, mounts and network."""
     waves = _waves(records)
     killed = processes.stop(waves[:1], grace, children)
-    NodePool.kill_containers(extra)
+    NodePool.kill_containers(directory, extra)
     killed += processes.stop(waves[1:], grace, children)
     NodePool.teardown(directory, extra)
     return killed
@@ -270,8 +280,16 @@ class _Starter:
     """One ``up``: the order components start in, and how each is known to be healthy."""
 
     def __init__(
-        self, directory: Path, bin_dir: Path, echo: Echo, timeout: float, real_nodes: int = 0
+        self,
+        directory: Path,
+        bin_dir: Path,
+        echo: Echo,
+        timeout: float,
+        real_nodes: int = 0,
+        trainer_objects: bool = True,
     ) -> None:
+        self.trainer_objects = trainer_objects
+        self.prepared = False
         self.dir = directory
         self.bin = bin_dir
         self.echo = echo
@@ -290,9 +308,12 @@ class _Starter:
             self.webhook_port,
             self.jobset_health_port,
         ) = free_ports(8)
-        self.pool = (
-            NodePool(directory, real_nodes, bin_dir, registry_port=free_ports(1)[0]) if real_nodes else None
-        )
+        self.pool = None
+        if real_nodes:
+            registry_port, push_port = free_ports(2)
+            self.pool = NodePool(
+                directory, real_nodes, bin_dir, registry_port=registry_port, push_port=push_port
+            )
         # With real nodes the API server serves where nodes and pods reach it (the host's end of
         # their network); host clients reach that address as well as loopback.
         self.host = nodenet.HOST_IP if self.pool else "127.0.0.1"
@@ -302,14 +323,19 @@ class _Starter:
     def run(self) -> ControlPlane:
         t0 = time.monotonic()
         self._prepare_directory()
+        self.prepared = True  # from here on, what is in the directory is this `up`'s own
         if self.pool:
             self._save_state()  # before the network exists, so that `down` finds it after a crash
             self.pool.prepare(self.echo)
+            self._save_state()  # with the host's settings the nodes will change
         # Everything read from disk first: a missing module or file fails before anything starts.
         module = install.jobset_module_dir(GO_MODULE)
         jobset_crds = install.jobset_crds(module)
         other_crds = install.trainer_and_podgroup_crds()
         runtimes = install.runtimes()
+        if not self.trainer_objects:  # the chart's to install: only the PodGroup CRDs stay
+            other_crds = [c for c in other_crds if c["spec"]["group"] != "trainer.kubeflow.org"]
+            runtimes = []
         pki = make_pki(
             self.dir / "pki",
             self.dir,
@@ -368,7 +394,8 @@ class _Starter:
         deadline = time.monotonic() + self.timeout
         install.wait_established(admin, _names(other_crds), deadline)
         install.create_when_served(admin, runtimes, deadline)
-        install.create_all(admin, install.public_configmap())
+        if self.trainer_objects:
+            install.create_all(admin, install.public_configmap())
         self.echo(f"{'CRDs and runtimes installed':<28} {time.monotonic() - crds_started:5.1f}s")
         if self.pool:
             self.pool.start(pki, self.server, self._launch, self._await, admin, self.echo)
@@ -387,6 +414,10 @@ class _Starter:
         )
 
     def abort(self) -> None:
+        """Stop what this `up` started. Nothing, when it stopped before the directory was its own
+        (a cluster already running there is not this one's to stop)."""
+        if not self.prepared:
+            return
         _stop(self.dir, self.records, self.pool.state() if self.pool else {}, 5.0, self.children)
         with contextlib.suppress(FileNotFoundError):
             (self.dir / STATE_FILE).unlink()
@@ -399,7 +430,7 @@ class _Starter:
         if alive:
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in alive)
             raise AlreadyRunning(f"a cluster is already running in {self.dir}: {names}; stop it with `down`")
-        NodePool.teardown(self.dir, extra)  # what a crashed `up` with real nodes left
+        NodePool.teardown(self.dir, extra)  # what a crashed `up` with real nodes left in this directory
         for name in _OWNED:
             path = self.dir / name
             if path.is_dir() and not path.is_symlink():
@@ -526,6 +557,10 @@ class _Starter:
                     f"--kubelet-client-key={pki.kubelet_client.key}",
                     # Node names are not in any resolver: reach kubelets by the IP they report.
                     "--kubelet-preferred-address-types=InternalIP",
+                    # No kube-proxy runs on this host, so a Service's ClusterIP leads nowhere from
+                    # here: call webhooks (and aggregated APIs) at their endpoints' pod IPs, which
+                    # the host routes to the nodes.
+                    "--enable-aggregator-routing=true",
                 ]
                 if self.pool and pki.kubelet_client
                 else []

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -161,6 +162,15 @@ MPI = Recipe(
     },
 )
 RECIPES = (TORCH, MPI)
+# The base the operator's Dockerfile is built on here (its BASE_IMAGE build argument), where
+# python:3.11-slim-bookworm cannot be pulled: Debian 12's Python 3.11 with venv, `python` on PATH.
+PYTHON_BASE = Recipe(
+    key="python-base",
+    suite="bookworm",
+    packages=("python3", "python3-venv", "python-is-python3", "ca-certificates"),
+    customize="",
+    names=("localhost/trainer/python-base:3.11-bookworm",),
+)
 
 
 def rootfs(recipe: Recipe, echo: Echo) -> Path:
@@ -190,7 +200,7 @@ def rootfs(recipe: Recipe, echo: Echo) -> Path:
             "mmdebstrap",
             "--variant=minbase",
             f"--include={','.join(recipe.packages)}",
-            f'--customize-hook={hook} "$1" {wheels}',
+            f'--customize-hook={shlex.quote(str(hook))} "$1" {shlex.quote(str(wheels))}',
             *(f"--dpkgopt=path-exclude={p}" for p in EXCLUDE),
             recipe.suite,
             str(out),

@@ -20,7 +20,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from trainer.api.objects import Obj
-from trainer_sandbox.cluster import clusterdns, debs, images, nodenet, oci, realnode, registry
+from trainer_sandbox.cluster import (
+    clusterdns,
+    debs,
+    images,
+    nodenet,
+    oci,
+    operator_image,
+    realnode,
+    registry,
+)
 from trainer_sandbox.cluster.kube import Kube, KubeError
 from trainer_sandbox.cluster.pki import Pki, write_kubeconfig
 from trainer_sandbox.cluster.realnode import Node
@@ -43,8 +52,9 @@ BUSYBOX_TOOLS = ("sh", "cat", "echo", "env", "hostname", "httpd", "ls", "nc", "n
 
 
 def cluster_id(directory: Path) -> str:
-    """Four hex digits naming this cluster's namespaces, links and cgroups."""
-    return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:4]
+    """Eight hex digits naming this cluster's namespaces, links and cgroups: derived from its
+    directory, so that ``down`` finds them even without the state file."""
+    return hashlib.sha256(str(directory.resolve()).encode()).hexdigest()[:8]
 
 
 @dataclass
@@ -53,7 +63,10 @@ class NodePool:
     count: int
     bin_dir: Path
     registry_port: int = 0
+    push_port: int = 0
+    host_settings: dict[str, str] = field(default_factory=dict)
     training_rootfs: dict[str, Path] = field(default_factory=dict)
+    operator_archive: Path | None = None
 
     @property
     def id(self) -> str:
@@ -79,7 +92,7 @@ class NodePool:
         return [realnode.node_name(k) for k in range(self.count)]
 
     def state(self) -> dict[str, Any]:
-        return {"real_nodes": {"id": self.id, "count": self.count}}
+        return {"real_nodes": {"id": self.id, "count": self.count, "sysctls": self.host_settings}}
 
     # -- up --------------------------------------------------------------------------------
     @property
@@ -90,7 +103,9 @@ class NodePool:
         """Before the API server starts: check the host, build (or find) the training image, make
         the network."""
         realnode.preflight()
+        self.host_settings = realnode.read_sysctls()
         self.training_rootfs = {r.key: images.rootfs(r, echo) for r in images.RECIPES}
+        self.operator_archive = operator_image.build(echo)
         nodenet.setup(self.network)
 
     def start(self, pki: Pki, server: str, launch: Launch, wait: Await, admin: Kube, echo: Echo) -> None:
@@ -152,15 +167,22 @@ class NodePool:
         echo(f"{f'{self.count} real node(s), DNS':<28} {time.monotonic() - t0:5.1f}s")
 
     def _start_registry(self, launch: Launch, wait: Await, echo: Echo) -> None:
-        """The registry on the host's end of the nodes' network, with the training image in it
-        under the bundled runtimes' names."""
+        """The registry, with the images in it under the bundled runtimes' names: written to on
+        loopback only, served read-only on the host's end of the nodes' network (a pod cannot
+        replace an image that later clusters will pull from the shared storage)."""
         storage = debs.cache_dir().parent / "registry"
         storage.mkdir(parents=True, exist_ok=True)
-        config = registry.write_config(self.directory / "registry.yaml", storage, self.registry_address)
         binary = str(self.bin_dir / "registry")
-        launch("registry", [binary, "serve", str(config)], binary=binary)
-        client = registry.Client(self.registry_address)
-        wait("registry", client.ping)
+        push_address = f"127.0.0.1:{self.push_port}"
+        writer = registry.write_config(self.directory / "registry-push.yaml", storage, push_address)
+        reader = registry.write_config(
+            self.directory / "registry.yaml", storage, self.registry_address, read_only=True
+        )
+        launch("registry-push", [binary, "serve", str(writer)], binary=binary)
+        launch("registry", [binary, "serve", str(reader)], binary=binary)
+        client = registry.Client(push_address)
+        wait("registry-push", client.ping)
+        wait("registry", registry.Client(self.registry_address).ping)
         for recipe in images.RECIPES:
             if recipe.key not in self.training_rootfs:
                 continue
@@ -168,6 +190,8 @@ class NodePool:
             blobs = recipe.blobs(self.training_rootfs[recipe.key])
             uploaded = sum(client.push(name, blobs) for name in recipe.names)
             echo(f"{f'{recipe.key} image pushed ({uploaded} blobs)':<28} {time.monotonic() - t0:5.1f}s")
+        if self.operator_archive is not None:  # the chart's image, from our Dockerfile
+            client.push(operator_image.chart_image_name(), oci.read_archive(self.operator_archive))
 
     @staticmethod
     def _launch(launch: Launch, name: str, argv: list[str]) -> None:
@@ -206,23 +230,32 @@ class NodePool:
 
     # -- down ------------------------------------------------------------------------------
     @staticmethod
-    def kill_containers(extra: dict[str, Any]) -> None:
+    def had_nodes(directory: Path, extra: dict[str, Any]) -> bool:
+        """Whether the cluster in ``directory`` had real nodes: its state says so, or (the state
+        file lost) their directory is there."""
+        return isinstance(extra.get("real_nodes"), dict) or (directory / "nodes").exists()
+
+    @staticmethod
+    def kill_containers(directory: Path, extra: dict[str, Any]) -> None:
         """SIGKILL everything left in the nodes' cgroups: containers, shims, and any daemon that
         did not stop."""
-        info = extra.get("real_nodes")
-        if isinstance(info, dict):
-            realnode.kill_cgroups(str(info["id"]), int(info["count"]))
+        if NodePool.had_nodes(directory, extra):
+            realnode.kill_cgroups(cluster_id(directory), nodenet.MAX_NODES)
 
     @staticmethod
     def teardown(directory: Path, extra: dict[str, Any]) -> list[str]:
-        """Remove the nodes' leftovers (processes in their cgroups, cgroups, mounts) and the
-        network recorded in ``extra``; safe to call twice and after a crash."""
-        info = extra.get("real_nodes")
-        if not isinstance(info, dict):
+        """Remove the nodes' leftovers (processes in their cgroups, cgroups, mounts, network) by
+        the names derived from ``directory``, for as many nodes as there may be, and put back the
+        host settings kubelet changed (recorded in ``extra``); safe to call twice, after a crash,
+        and without the state file."""
+        if not NodePool.had_nodes(directory, extra):
             return []
-        ident, count = str(info["id"]), int(info["count"])
-        removed = realnode.teardown(ident, count, directory / "nodes" / "ns")
-        removed += nodenet.teardown(nodenet.Network(ident, count))
+        ident = cluster_id(directory)
+        removed = realnode.teardown(ident, nodenet.MAX_NODES, directory / "nodes" / "ns")
+        removed += nodenet.teardown(nodenet.Network(ident, nodenet.MAX_NODES))
+        info = extra.get("real_nodes")
+        if isinstance(info, dict) and info.get("sysctls"):
+            removed += realnode.restore_sysctls(info["sysctls"])
         if not realnode.mounts_under(directory / "nodes"):
             with contextlib.suppress(FileNotFoundError):
                 shutil.rmtree(directory / "nodes")

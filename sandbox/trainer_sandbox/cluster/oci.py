@@ -180,3 +180,20 @@ def write_archive(path: Path, image: Image, layers: Sequence[Path | bytes]) -> s
                 tar.addfile(info, f)
     tmp.replace(path)
     return manifest_digest
+
+
+def read_archive(path: Path) -> Blobs:
+    """The image of an OCI archive of one image (as ``buildah push oci-archive:`` writes it), its
+    blobs in memory: for images of tens of megabytes."""
+    with tarfile.open(path) as tar:
+        files = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+    index = json.loads(files["index.json"])
+    digest = index["manifests"][0]["digest"]
+    manifest = files[f"blobs/sha256/{digest[7:]}"]
+    parsed = json.loads(manifest)
+
+    def blob(desc: dict[str, Any]) -> Blob:
+        data = files[f"blobs/sha256/{desc['digest'][7:]}"]
+        return Blob(desc["digest"], len(data), data)
+
+    return Blobs(manifest, blob(parsed["config"]), tuple(blob(d) for d in parsed["layers"]))

@@ -22,6 +22,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -45,7 +47,17 @@ CLUSTER_DNS = "10.96.0.10"
 CLUSTER_DOMAIN = "cluster.local"
 KWOK_TAINT = {"key": "kwok.x-k8s.io/node", "value": "fake", "effect": "NoSchedule"}
 REAL_NODE_LABEL = "trainer.kubeflow.org/real-node"
-REQUIRED_COMMANDS = ("ip", "nsenter", "unshare", "mount", "umount", "iptables", "runc")
+REQUIRED_COMMANDS = (
+    "ip",
+    "nsenter",
+    "unshare",
+    "mount",
+    "umount",
+    "iptables",
+    "runc",
+    "mmdebstrap",
+    "buildah",
+)
 
 
 def node_name(index: int) -> str:
@@ -130,7 +142,7 @@ class Node:
             "--",
             "sh",
             "-c",
-            f'for f in {joins}; do echo $$ > "$f"; done; exec "$@"',
+            f'for f in {joins}; do echo $$ > "$f" || exit 1; done; exec "$@"',
             "sh",
         ]
 
@@ -156,7 +168,7 @@ def make_namespaces(ns_dir: Path, nodes: Sequence[Node]) -> None:
         script = (
             "mount -t tmpfs -o mode=755 tmpfs /run && mount -t tmpfs -o mode=755 tmpfs /var/log"
             " && mount -t tmpfs -o mode=755 tmpfs /var/lib"
-            f" && mkdir {KUBELET_DIR} && mount --bind {node.dir / 'kubelet'} {KUBELET_DIR}"
+            f" && mkdir {KUBELET_DIR} && mount --bind {shlex.quote(str(node.dir / 'kubelet'))} {KUBELET_DIR}"
         )
         _must(["nsenter", f"--mount={node.mountns}", "--", "sh", "-c", script])
 
@@ -250,18 +262,23 @@ state = "/run/containerd/state"
         "resolvConf": "",  # the host's resolvers are unreachable from pods: cluster DNS only
         "clusterDNS": [CLUSTER_DNS],
         "clusterDomain": CLUSTER_DOMAIN,
+        # Callers are checked as a real cluster checks them: certificates of our CA or bearer
+        # tokens (TokenReview), then RBAC through SubjectAccessReview, which the Node authorizer
+        # lets a kubelet ask. A test user's certificate gets no more from a kubelet than RBAC gives.
         "authentication": {
             "anonymous": {"enabled": False},
-            "webhook": {"enabled": False},
+            "webhook": {"enabled": True},
             "x509": {"clientCAFile": str(ca)},
         },
-        "authorization": {"mode": "AlwaysAllow"},  # only holders of a certificate of our CA get in
+        "authorization": {"mode": "Webhook"},
         "serializeImagePulls": False,
         # A small machine's disk and memory are the same for every node here: eviction would
         # take pods of one test for the load of another; image GC would delete imported images.
         "evictionHard": {"memory.available": "50Mi", "nodefs.available": "1%", "imagefs.available": "1%"},
         "imageGCHighThresholdPercent": 100,
         "imageGCLowThresholdPercent": 99,
+        # kubelet sets vm.overcommit_memory, kernel.panic and the like (host-wide, not per
+        # namespace); `up` records them first and `down` puts them back (read_sysctls).
         "protectKernelDefaults": False,
         "makeIPTablesUtilChains": False,
         "registerWithTaints": [],
@@ -363,20 +380,18 @@ def teardown(cluster_id: str, nodes: int, ns_dir: Path) -> list[str]:
     hierarchies = _hierarchies()
     if count := kill_cgroups(cluster_id, nodes):
         removed.append(f"{count} processes")
-    for h in hierarchies:
-        for n in names:
-            top = h / n
-            if not top.is_dir():
-                continue
-            for path in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
-                with contextlib.suppress(OSError):
-                    path.rmdir()
-            try:
-                top.rmdir()
-            except OSError as e:
-                removed.append(f"cgroup {top} NOT removed: {e}")
-    if any((h / n).exists() for h in hierarchies for n in names) is False and names:
-        removed.append(f"cgroups {', '.join(names)}")
+    found = [h / n for h in hierarchies for n in names if (h / n).is_dir()]
+    for top in found:
+        # Deepest first: a cgroup goes only once it has no children (and no processes).
+        for path in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        try:
+            top.rmdir()
+        except OSError as e:
+            removed.append(f"cgroup {top} NOT removed: {e}")
+    if found:
+        removed.append(f"cgroups of {', '.join(names)}")
     for k in range(nodes):
         path = ns_dir / node_name(k)
         if _is_mountpoint(path):
@@ -387,18 +402,55 @@ def teardown(cluster_id: str, nodes: int, ns_dir: Path) -> list[str]:
     return removed
 
 
-def _is_mountpoint(path: Path) -> bool:
-    target = str(path)
+def _mount_points() -> list[str]:
+    """Mount points of our mount namespace, with mountinfo's octal escapes (a space is \\040)
+    decoded."""
     with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == target for line in f)
+        fields = [line.split()[4] for line in f]
+    return [re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), p) for p in fields]
+
+
+def _is_mountpoint(path: Path) -> bool:
+    return str(path) in _mount_points()
 
 
 def mounts_under(path: Path) -> list[str]:
     """Mount points of the host's namespace at or below ``path`` (what ``down`` must leave none of)."""
     prefix = str(path)
-    with open("/proc/self/mountinfo") as f:
-        points = [line.split()[4] for line in f]
-    return [p for p in points if p == prefix or p.startswith(prefix + "/")]
+    return [p for p in _mount_points() if p == prefix or p.startswith(prefix + "/")]
+
+
+# What kubelet sets host-wide at start (its setupKernelTunables), to be put back by `down`.
+KUBELET_SYSCTLS = (
+    "vm/overcommit_memory",
+    "vm/panic_on_oom",
+    "kernel/panic",
+    "kernel/panic_on_oops",
+    "kernel/keys/root_maxkeys",
+    "kernel/keys/root_maxbytes",
+)
+
+
+def read_sysctls() -> dict[str, str]:
+    out = {}
+    for key in KUBELET_SYSCTLS:
+        with contextlib.suppress(OSError):
+            out[key] = (Path("/proc/sys") / key).read_text().strip()
+    return out
+
+
+def restore_sysctls(saved: dict[str, str]) -> list[str]:
+    """Write back the values ``read_sysctls`` saved where they differ now; returns what changed."""
+    changed = []
+    for key, value in saved.items():
+        if key not in KUBELET_SYSCTLS:
+            continue
+        path = Path("/proc/sys") / key
+        with contextlib.suppress(OSError):
+            if path.read_text().strip() != value:
+                path.write_text(value)
+                changed.append(f"sysctl {key.replace('/', '.')}={value}")
+    return changed
 
 
 def _must(argv: Sequence[str]) -> None:

@@ -30,11 +30,17 @@ class RegistryError(RuntimeError):
     pass
 
 
-def write_config(path: Path, storage: Path, address: str) -> Path:
+def write_config(path: Path, storage: Path, address: str, *, read_only: bool = False) -> Path:
+    storage_config: dict[str, object] = {
+        "filesystem": {"rootdirectory": str(storage)},
+        "delete": {"enabled": False},
+    }
+    if read_only:
+        storage_config["maintenance"] = {"readonly": {"enabled": True}}
     config = {
         "version": 0.1,
         "log": {"level": "warn", "accesslog": {"disabled": True}},
-        "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": False}},
+        "storage": storage_config,
         "http": {"addr": address},
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -62,7 +68,9 @@ def repository(image: str) -> tuple[str, str]:
     name, _, tag = image.rpartition(":") if ":" in image.rsplit("/", 1)[-1] else (image, "", "latest")
     first = name.split("/", 1)[0]
     if "." not in first and ":" not in first and first != "localhost":
-        name = "docker.io/" + (name if "/" in name else "library/" + name)
+        name = "docker.io/" + name
+    if name.startswith("docker.io/") and name.count("/") == 1:  # as containerd names them
+        name = "docker.io/library/" + name.removeprefix("docker.io/")
     return name, tag
 
 
