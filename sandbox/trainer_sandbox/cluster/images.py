@@ -210,6 +210,9 @@ def rootfs(recipe: Recipe, echo: Echo) -> Path:
         if result.returncode != 0:
             raise RuntimeError(f"mmdebstrap failed (exit {result.returncode}):\n{result.stderr[-3000:]}")
         os.replace(out, target)
+    for stale in cache.glob(f"{recipe.key}-{recipe.suite}-*.tar"):  # older recipes' builds
+        if stale != target:
+            stale.unlink(missing_ok=True)
     echo(f"{recipe.key + ' image built':<28} {time.monotonic() - t0:5.1f}s")
     return target
 

@@ -99,6 +99,9 @@ def build(echo: Echo) -> Path:
             if result.returncode != 0:
                 raise RuntimeError(f"`{' '.join(argv[:6])} ...` failed:\n{result.stderr[-3000:]}")
         os.replace(f"{tmp}/operator.tar", target)
+        for stale in cache.glob("operator-*.tar"):  # builds of older sources
+            if stale != target:
+                stale.unlink(missing_ok=True)
         # buildah's vfs layers are read-only copies it made as root: remove them with it.
         subprocess.run(["buildah", *store, "rmi", "--all", "--force"], capture_output=True)
     echo(f"{'operator image built':<28} {time.monotonic() - t0:5.1f}s")

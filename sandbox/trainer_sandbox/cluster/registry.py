@@ -12,6 +12,7 @@ a second ``up`` finds the blobs there and pushes only what is new.
 from __future__ import annotations
 
 import http.client
+import subprocess
 import urllib.parse
 from pathlib import Path
 
@@ -33,7 +34,7 @@ class RegistryError(RuntimeError):
 def write_config(path: Path, storage: Path, address: str, *, read_only: bool = False) -> Path:
     storage_config: dict[str, object] = {
         "filesystem": {"rootdirectory": str(storage)},
-        "delete": {"enabled": False},
+        "delete": {"enabled": not read_only},  # the writer's, for garbage collection
     }
     if read_only:
         storage_config["maintenance"] = {"readonly": {"enabled": True}}
@@ -141,3 +142,15 @@ class Client:
         repo, tag = repository(image)
         r = self._request("HEAD", f"/v2/{repo}/manifests/{tag}", headers={"Accept": MANIFEST})
         return r.getheader("Docker-Content-Digest") if r.status == 200 else None
+
+
+def collect_garbage(binary: Path, config: Path) -> None:
+    """Delete what no tag references any more (the layers of images since rebuilt), so that the
+    cache does not grow with every rebuild. Run while no registry serves the storage."""
+    result = subprocess.run(
+        [str(binary), "garbage-collect", "--delete-untagged", "--quiet", str(config)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        raise RegistryError(f"registry garbage-collect failed: {result.stderr.strip()[-2000:]}")
