@@ -14,11 +14,17 @@ import tempfile
 from pathlib import Path
 
 
-def cache_dir() -> Path:
+def cache_root() -> Path:
+    """Where cluster/build caches the binaries (the same rule), and the nodes' images, registry
+    storage and Debian files beside them."""
     base = os.environ.get("TRAINER_CLUSTER_CACHE") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "trainer-cluster"
     )
-    return Path(base) / "debs"
+    return Path(base)
+
+
+def cache_dir() -> Path:
+    return cache_root() / "debs"
 
 
 def package_file(package: str, path: str) -> Path | None:

@@ -176,7 +176,7 @@ PYTHON_BASE = Recipe(
 def rootfs(recipe: Recipe, echo: Echo) -> Path:
     """``recipe``'s root filesystem as a tar (the image's one layer), built when the cache has none
     for this recipe."""
-    cache = debs.cache_dir().parent / "images"
+    cache = debs.cache_root() / "images"
     target = cache / f"{recipe.key}-{recipe.suite}-{recipe.digest()}.tar"
     if target.exists():
         return target

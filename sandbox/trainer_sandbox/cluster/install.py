@@ -262,17 +262,19 @@ def nodes_ready(kube: Kube, count: int = NODE_COUNT) -> bool:
     taint is lifted here, once, after kwok has made the node Ready.
     """
     items = kube.get("/api/v1/nodes").get("items") or []
-    schedulable = 0
-    for node in items:
-        conditions = (node.get("status") or {}).get("conditions") or []
-        if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-            continue
-        taints = (node.get("spec") or {}).get("taints") or []
-        kept = [t for t in taints if t.get("key") != NOT_READY_TAINT]
-        if kept != taints:
-            kube.merge_patch(f"/api/v1/nodes/{node['metadata']['name']}", {"spec": {"taints": kept or None}})
-        schedulable += 1
-    return schedulable >= count
+    return sum(schedulable(kube, node) for node in items) >= count
+
+
+def schedulable(kube: Kube, node: Obj) -> bool:
+    """Whether ``node`` is Ready; if it is, its registration taint is lifted (once) here."""
+    conditions = (node.get("status") or {}).get("conditions") or []
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return False
+    taints = (node.get("spec") or {}).get("taints") or []
+    kept = [t for t in taints if t.get("key") != NOT_READY_TAINT]
+    if kept != taints:
+        kube.merge_patch(f"/api/v1/nodes/{node['metadata']['name']}", {"spec": {"taints": kept or None}})
+    return True
 
 
 _PROBE_JOBSET: Obj = {

@@ -24,6 +24,7 @@ from trainer_sandbox.cluster import (
     clusterdns,
     debs,
     images,
+    install,
     nodenet,
     oci,
     operator_image,
@@ -170,7 +171,7 @@ class NodePool:
         """The registry, with the images in it under the bundled runtimes' names: written to on
         loopback only, served read-only on the host's end of the nodes' network (a pod cannot
         replace an image that later clusters will pull from the shared storage)."""
-        storage = debs.cache_dir().parent / "registry"
+        storage = debs.cache_root() / "registry"
         storage.mkdir(parents=True, exist_ok=True)
         binary = str(self.bin_dir / "registry")
         push_address = f"127.0.0.1:{self.push_port}"
@@ -277,14 +278,7 @@ def _node_ready(admin: Kube, name: str) -> bool:
         if e.status == 404:
             return False
         raise
-    conditions = (node.get("status") or {}).get("conditions") or []
-    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-        return False
-    taints = (node.get("spec") or {}).get("taints") or []
-    kept = [t for t in taints if t.get("key") != "node.kubernetes.io/not-ready"]
-    if kept != taints:  # no node-lifecycle controller runs: lift the registration taint here
-        admin.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": kept or None}})
-    return True
+    return install.schedulable(admin, node)
 
 
 def _deployment_available(admin: Kube, namespace: str, name: str) -> bool:

@@ -65,8 +65,9 @@ def context_key() -> str:
 
 def build(echo: Echo) -> Path:
     """The operator's image as an OCI archive, built when the cache has none for these sources."""
-    cache = debs.cache_dir().parent / "images"
-    target = cache / f"operator-{context_key()}.tar"
+    cache = debs.cache_root() / "images"
+    key = context_key()  # hashes every source file: once
+    target = cache / f"operator-{key}.tar"
     if target.exists():
         return target
     if shutil.which("buildah") is None:
@@ -82,7 +83,7 @@ def build(echo: Echo) -> Path:
         base_name = images.PYTHON_BASE.names[0]
         oci.write_archive(base, oci.Image(base_name, cmd=["python3"], env=images.BASE_ENV), [base_layer])
         store = ["--root", f"{tmp}/storage", "--runroot", f"{tmp}/run", "--storage-driver", "vfs"]
-        tag = f"localhost/trainer-operator:{context_key()}"
+        tag = f"localhost/trainer-operator:{key}"
         steps = [
             ["buildah", *store, "pull", "--quiet", f"oci-archive:{base}"],
             [
