@@ -180,9 +180,9 @@ class Info:
     trainer_command: list[str] | None = None
     trainer_args_cleared: bool = False
     now: str = "1970-01-01T00:00:00Z"
-    # Makes generated key material reproducible (the MPI SSH key): `trainer render` sets it from the
-    # TrainJob's uid so its output is byte-for-byte stable; the operator leaves it None and keys
-    # come from the operating system's randomness.
+    # Makes generated key material reproducible (the MPI SSH key, the Flux CURVE key): `trainer
+    # render` sets it from the TrainJob's uid so its output is byte-for-byte stable; the operator leaves it
+    # None and keys come from the operating system's randomness.
     seed: bytes | None = None
 
     @property
