@@ -292,3 +292,29 @@ def test_warnings_go_to_stderr(tmp_path: Path) -> None:
     ], "one warning when the runtime is created, one when a TrainJob references it"
     assert all("is deprecated and will be removed in a future release" in w for w in warnings)
     assert "Warning" not in out.stdout
+
+
+def test_show_secrets_warns_that_the_keys_are_derivable(tmp_path: Path) -> None:
+    """The SSH keys render prints are derived from the input, for reproducible output: anyone with
+    the manifest has them. Printing them says so, once, on stderr."""
+    mpi = write(tmp_path, "mpi.yaml", trainjob("ds", "deepspeed-distributed"))
+    shown = run("-f", mpi, "--show-secrets")
+    assert shown.returncode == 0, shown.stderr
+    assert any(d["kind"] == "Secret" for d in yaml.safe_load_all(shown.stdout))
+    [warning] = [line for line in shown.stderr.splitlines() if "--show-secrets" in line]
+    assert warning.startswith("Warning: ")
+    assert "derived from the input" in warning and "never use it for real jobs" in warning
+    assert "Warning" not in shown.stdout
+    assert "--show-secrets" not in run("-f", mpi).stderr, "redacted, there is nothing to warn about"
+    torch = write(tmp_path, "torch.yaml", trainjob("t", "torch-distributed"))
+    assert "--show-secrets" not in run("-f", torch, "--show-secrets").stderr, "no Secret, no warning"
+
+
+def test_a_status_server_ca_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(b"\xff\xfe-----BEGIN CERTIFICATE-----\n")
+    out = run(
+        "-f", write(tmp_path, "in.yaml", trainjob("t", "torch-distributed")), "--status-server-ca", str(ca)
+    )
+    assert out.returncode == 2, out.stderr
+    assert f"--status-server-ca {ca}: not UTF-8 text" in out.stderr and "Traceback" not in out.stderr

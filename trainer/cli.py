@@ -35,7 +35,11 @@ def _build_parser() -> argparse.ArgumentParser:
     render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
     render.add_argument("--no-default-runtimes", action="store_true", help="do not load the bundled runtimes")
     render.add_argument("--now", default="1970-01-01T00:00:00Z", help="the time every timestamp takes")
-    render.add_argument("--show-secrets", action="store_true", help="print Secret data instead of <redacted>")
+    render.add_argument(
+        "--show-secrets",
+        action="store_true",
+        help="print Secret data instead of <redacted> (keys derived from the input: never for real jobs)",
+    )
     render.add_argument(
         "--disable-plugin",
         action="append",

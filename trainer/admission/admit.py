@@ -84,7 +84,7 @@ def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
         # The API server applies a mutating webhook's patch to the object encoded as JSON and
         # decodes the result: Go writes an integral float64 as an integer (1.0 as 1), so from
         # there on the integer fields' CEL rules see an int where they would see a float64.
-        admitted = _integral_floats_as_ints(admitted)
+        admitted = integral_floats_as_ints(admitted)
     meta_errors = object_meta.validate_object_meta(admitted["metadata"], require_name=True)
     errors = schema_validation.validate(schema, admitted, old, meta=meta_errors)
     if errors:
@@ -92,15 +92,15 @@ def check_schema(obj: Obj, old: Obj | None, now: str) -> Obj:
     return admitted
 
 
-def _integral_floats_as_ints(value: Any) -> Any:
+def integral_floats_as_ints(value: Any) -> Any:
     """``value`` as Go's encoding/json writes it and decodes it again: a float that is an integer
     (and not written in exponent form, below 1e21) comes back an integer."""
     if isinstance(value, float):
         return int(value) if value.is_integer() and abs(value) < 1e21 else value
     if isinstance(value, dict):
-        return {k: _integral_floats_as_ints(v) for k, v in value.items()}
+        return {k: integral_floats_as_ints(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_integral_floats_as_ints(v) for v in value]
+        return [integral_floats_as_ints(v) for v in value]
     return value
 
 

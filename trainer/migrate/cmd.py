@@ -1,8 +1,9 @@
 """The `trainer migrate` command: read v1 jobs (manifests or the cluster), print TrainJobs.
 
 Exit codes (trainer/exit_codes.py): 0 every job converted; 1 a job could not be converted
-faithfully (its reason on stderr, nothing on stdout for it, the others converted); 2 usage or
-unreadable input; 3 an internal error (trainer/cli.py).
+faithfully, or its conversion would be refused by a cluster (a value v2 cannot take), its reasons
+on stderr, nothing on stdout for it, the others converted; 2 usage or unreadable input; 3 an
+internal error (trainer/cli.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 from trainer.api.objects import Obj
 from trainer.exit_codes import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from trainer.migrate import jax, mpi, paddle, pytorch, tensorflow, xgboost
+from trainer.migrate.admission import Admission, as_stored
 from trainer.migrate.common import V1_GROUP, V1_KINDS, Options, Result
 from trainer.migrate.errors import Refusal
 
@@ -69,6 +71,7 @@ def run_migrate(args: argparse.Namespace) -> int:
     items: list[Obj] = []
     refused = False
     made: dict[tuple[str, str], str] = {}  # (namespace, TrainJob name) -> the v1 job it came from
+    admission = Admission()
     for job in jobs:
         what = describe(job)
         try:
@@ -78,9 +81,15 @@ def run_migrate(args: argparse.Namespace) -> int:
             refused = True
             print(f"error: {what}: {exc.field}: {exc.reason}", file=sys.stderr)
             continue
+        reasons = admission.refusals(result.objects)
+        if reasons:
+            refused = True
+            for reason in reasons:
+                print(f"error: {what}: a cluster would refuse its {reason}", file=sys.stderr)
+            continue
         for warning in result.warnings:
             print(f"Warning: {what}: {warning}", file=sys.stderr)
-        items.extend(result.objects)
+        items.extend(as_stored(obj) for obj in result.objects)
     if args.output == "json":
         sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n")
     elif items:

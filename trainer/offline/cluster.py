@@ -75,6 +75,9 @@ class OfflineCluster:
     notes: list[str] = field(default_factory=list)
     # docs/decisions.md §ttl: each TrainJob's effective TTL, as of its last reconcile here.
     lifetimes: dict[tuple[str, str], str] = field(default_factory=dict)
+    # False: admission alone, for `trainer migrate`, which checks what it writes as `trainer
+    # render` would admit it and has no use for what a reconcile would make of it.
+    reconcile: bool = True
 
     def load_default_runtimes(self) -> None:
         from importlib.util import find_spec
@@ -121,7 +124,7 @@ class OfflineCluster:
                 meta.setdefault("namespace", "default")
             self.facts.put(fact)
             owner = self._trainjob_of(fact)
-            if owner is not None:
+            if owner is not None and self.reconcile:
                 # The operator reconciles a TrainJob when one of its children changes: a JobSet
                 # whose status is given after its TrainJob reaches the TrainJob's status.
                 self._reconcile(owner)
@@ -214,7 +217,8 @@ class OfflineCluster:
             meta["uid"] = trainjob_uid(namespace, name)
             meta["creationTimestamp"] = self.now
         self.trainjobs[(namespace, name)] = admitted
-        self._reconcile(admitted)
+        if self.reconcile:
+            self._reconcile(admitted)
 
     def _reconcile(self, admitted: Obj) -> None:
         from trainer.runtime.render import render

@@ -16,6 +16,13 @@ if TYPE_CHECKING:
     from trainer.runtime.info import StatusServer
 
 REDACTED = "<redacted>"
+# The keys are derived from each TrainJob's namespace and name (cluster.render_seed) so that the
+# output is reproducible: anyone with the manifest can compute them.
+SHOWN_SECRETS_WARNING = (
+    "Warning: --show-secrets: the key material in these Secrets is derived from the input (each "
+    "TrainJob's namespace and name), so anyone can compute it; never use it for real jobs: the "
+    "operator generates random keys"
+)
 
 
 RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
@@ -55,6 +62,8 @@ def _status_server(url: str, ca_file: str | None) -> StatusServer:
             return StatusServer(url=url, ca_cert=handle.read())
     except OSError as exc:
         raise ValueError(f"--status-server-ca: {exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--status-server-ca {ca_file}: not UTF-8 text (a PEM file is ASCII)") from None
 
 
 def run_render(args: argparse.Namespace) -> int:
@@ -109,6 +118,8 @@ def run_render(args: argparse.Namespace) -> int:
     items = cluster.output()
     if not args.show_secrets:
         items = [_redact(o) for o in items]
+    elif any(o.get("kind") == "Secret" for o in items):
+        print(SHOWN_SECRETS_WARNING, file=sys.stderr)
     if args.output == "json":
         sys.stdout.write(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=2) + "\n")
     else:
