@@ -100,6 +100,19 @@ def test_installed_wheel_renders_with_bundled_runtimes(wheel: Path, tmp_path: Pa
     )
     assert out.returncode == 0, out.stderr
     assert "kind: JobSet" in out.stdout
+    # The installed wheel knows its version (its own dist-info), and the upstream release it implements.
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import trainer.cli; "
+        "from importlib.metadata import distribution as d; "
+        "assert str(d('trainer-operator').locate_file('')).startswith(sys.argv[1]); "
+        "sys.exit(trainer.cli.main(['--version']))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(target)], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    version = wheel.name.split("-")[1]
+    assert out.stdout == f"trainer {version} (Kubeflow Trainer v2.3.0 API)\n"
 
 
 def test_sandbox_commands_say_how_to_install_the_sandbox(

@@ -19,8 +19,28 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
+def version_line() -> str:
+    """What `trainer --version` prints: this package's version and the upstream release it implements."""
+    import trainer
+
+    return f"trainer {trainer.__version__} (Kubeflow Trainer {trainer.UPSTREAM_VERSION} API)"
+
+
+class _Version(argparse.Action):
+    """`trainer --version`, read only when asked: the distribution's metadata is not free to look up."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: Any) -> None:
+        kwargs.setdefault("help", "print the version and the Kubeflow Trainer release it implements")
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> None:
+        print(version_line())
+        parser.exit(EXIT_OK)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trainer", description="Kubeflow Trainer v2 control plane, in Python.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     render = sub.add_parser("render", help="render TrainJobs offline: what the operator would create")

@@ -17,13 +17,14 @@ from typing import Any
 
 import yaml
 
+from trainer import UPSTREAM_VERSION
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.controllers import JobSetSimulator
 
 _HERE = Path(__file__).resolve().parent
 SYSTEM_NAMESPACE = "kubeflow-system"
 PUBLIC_CONFIGMAP = "kubeflow-trainer-public"
-TRAINER_VERSION = "v2.1.0"
+TRAINER_VERSION = UPSTREAM_VERSION  # what the chart's kubeflow-trainer-public ConfigMap says
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -112,14 +112,17 @@ def merge(base: Obj, override: Obj) -> Obj:
 
 
 def port_values() -> Obj:
-    """Values that move the operator's three ports to free ones, so tests never collide on a machine."""
+    """Values that move the operator's three ports to free ones, so tests never collide on a machine,
+    and run one replica (the chart's default is two): the harness runs the Deployment's one pod itself,
+    and the stand-in serves no PodDisruptionBudget."""
     return {
         "manager": {
+            "replicas": 1,
             "config": {
                 "webhook": {"port": free_port()},
                 "metrics": {"bindAddress": f":{free_port()}"},
                 "health": {"healthProbeBindAddress": f":{free_port()}"},
-            }
+            },
         }
     }
 

@@ -21,6 +21,7 @@ import reference_data
 import yaml
 from trainer_sandbox import sandbox
 
+import trainer
 from trainer.apimachinery import pruning, schema_validation
 from trainer.controller.config import Configuration
 from trainer.controller.operator import Operator
@@ -84,8 +85,8 @@ TOGGLES: dict[str, Obj] = {
     "runtimes-default-enabled": h.merge(all_runtimes(False), {"runtimes": {"defaultEnabled": True}}),
     "runtime-images": {
         "runtimes": {
-            "deepspeedDistributed": {"image": {"registry": "mirror.example.com", "tag": "v2.1.0"}},
-            "torchtuneDistributed": {"image": {"tag": "v2.1.0"}},
+            "deepspeedDistributed": {"image": {"registry": "mirror.example.com", "tag": "v2.3.0"}},
+            "torchtuneDistributed": {"image": {"tag": "v2.3.0"}},
         }
     },
     "operator-settings": {
@@ -135,13 +136,35 @@ TOGGLES: dict[str, Obj] = {
         "runtimes": {"defaultEnabled": False, "torchDistributed": {"enabled": True}},
     },
     "replicas": {"manager": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 2}}},
+    "one-replica": {"manager": {"replicas": 1}},
+    "own-affinity": {
+        "manager": {
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["system"]}]}
+                        ]
+                    }
+                },
+                "podAntiAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": [
+                        {
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "manager"}},
+                            "topologyKey": "topology.kubernetes.io/zone",
+                        }
+                    ]
+                },
+            }
+        }
+    },
     "lease-elsewhere": {
         "manager": {
             "replicas": 2,
             "config": {"leaderElection": {"resourceNamespace": "kube-system", "leaseDuration": "30s"}},
         }
     },
-    "leader-election-off": {"manager": {"config": {"leaderElection": {"leaderElect": False}}}},
+    "leader-election-off": {"manager": {"replicas": 1, "config": {"leaderElection": {"leaderElect": False}}}},
 }
 
 
@@ -198,7 +221,10 @@ def test_strict_lint_is_clean(toggle: str) -> None:
         ({"manager": {"replica": 1}}, "replica"),  # a typo is an error, not a silent default
         # Without leader election, two replicas would both reconcile.
         ({"manager": {"replicas": 2, "config": {"leaderElection": {"leaderElect": False}}}}, "replicas"),
+        ({"manager": {"config": {"leaderElection": {"leaderElect": False}}}}, "replicas"),  # 2 by default
         ({"manager": {"replicas": 2, "podDisruptionBudget": {"minAvailable": 2}}}, "minAvailable"),
+        ({"manager": {"podDisruptionBudget": {"minAvailable": 2}}}, "minAvailable"),  # 2 replicas by default
+        ({"manager": {"replicas": 3, "podDisruptionBudget": {"minAvailable": 3}}}, "minAvailable"),
         ({"manager": {"config": {"leaderElection": {"leaseDuration": "15"}}}}, "leaseDuration"),
         ({"jobset": {"install": True}}, "install"),  # JobSet is installed separately
         ({"webhook": {"failurePolicy": "Maybe"}}, "failurePolicy"),
@@ -470,11 +496,27 @@ def test_replicas_elect_a_leader_and_one_stays_through_drains(rendered: dict[str
         text = h.one(objects, "ConfigMap", "kubeflow-trainer-config")["data"]["config.yaml"]
         return Configuration.model_validate(yaml.safe_load(text)).leader_election
 
-    # One replica by default, electing all the same (an upgrade runs two pods for a while), and no
-    # disruption budget, which would block every drain of its node.
+    # Two replicas by default, so that a restart of one (a node drain, an eviction, a crash) never
+    # leaves the webhooks, whose failurePolicy is Fail, without a server: every TrainJob write would
+    # be refused. They elect one to reconcile, and a disruption budget keeps one of them running.
     default = rendered["defaults"]
-    assert h.one(default, "Deployment")["spec"]["replicas"] == 1
-    assert h.find(default, "PodDisruptionBudget") == []
+    deployment = h.one(default, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    pdb = h.one(default, "PodDisruptionBudget")
+    assert pdb["metadata"]["name"] == deployment["metadata"]["name"]
+    assert pdb["metadata"]["namespace"] == h.NAMESPACE and pdb["spec"]["minAvailable"] == 1
+    selector = pdb["spec"]["selector"]["matchLabels"]
+    assert selector == deployment["spec"]["selector"]["matchLabels"]
+    assert selector["app.kubernetes.io/component"] == "manager"
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= pod_labels.items()
+    assert h.one(default, "ValidatingWebhookConfiguration")["webhooks"][0]["failurePolicy"] == "Fail"
+    # One replica: no disruption budget, which would block every drain of its node; it still elects
+    # (an upgrade runs two pods for a while).
+    single = rendered["one-replica"]
+    assert h.one(single, "Deployment")["spec"]["replicas"] == 1
+    assert h.find(single, "PodDisruptionBudget") == []
+    assert election(single).leader_elect
     elected = election(default)
     assert elected.leader_elect and elected.resource_name == "trainer.kubeflow.org"
     assert elected.resource_namespace == h.NAMESPACE
@@ -514,7 +556,35 @@ def test_replicas_elect_a_leader_and_one_stays_through_drains(rendered: dict[str
 
     off = rendered["leader-election-off"]
     assert not election(off).leader_elect
+    assert h.one(off, "Deployment")["spec"]["replicas"] == 1
     assert h.find(off, "Role", "kubeflow-trainer-leader-election") == []
+
+
+def test_replicas_prefer_different_nodes(rendered: dict[str, list[Obj]]) -> None:
+    """By default the replicas prefer nodes apart (a node's loss or drain takes one, not both), but
+    only prefer: a one-node cluster still runs them all. An anti-affinity of the user's replaces it."""
+    deployment = h.one(rendered["defaults"], "Deployment")
+    affinity = deployment["spec"]["template"]["spec"]["affinity"]
+    assert affinity == {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": deployment["spec"]["selector"]["matchLabels"]},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+    assert h.one(rendered["one-replica"], "Deployment")["spec"]["template"]["spec"].get("affinity") is None
+    own = TOGGLES["own-affinity"]["manager"]["affinity"]
+    assert h.one(rendered["own-affinity"], "Deployment")["spec"]["template"]["spec"]["affinity"] == own
+    # Another kind of affinity is kept, beside the default anti-affinity.
+    node_only = {"nodeAffinity": own["nodeAffinity"]}
+    spec = h.one(h.render({"manager": {"affinity": node_only}}), "Deployment")["spec"]["template"]["spec"]
+    assert spec["affinity"] == {**node_only, **affinity}
 
 
 def test_config_change_restarts_the_operator() -> None:
@@ -546,12 +616,24 @@ def test_appversion_is_the_projects_version() -> None:
     import tomllib
 
     project = tomllib.loads((h.ROOT / "pyproject.toml").read_text())["project"]["version"]
-    assert yaml.safe_load((h.CHART / "Chart.yaml").read_text())["appVersion"] == project
+    chart = yaml.safe_load((h.CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == project == trainer.__version__  # the image tag
+    # The upstream release the chart implements is the operator's (tests/test_version.py).
+    assert chart["annotations"]["trainer.kubeflow.org/upstream-version"] == trainer.UPSTREAM_VERSION
+    notes = h.render_files()[f"{chart['name']}/templates/NOTES.txt"]
+    assert (
+        f"{chart['appVersion']}, implementing the Kubeflow Trainer\n{trainer.UPSTREAM_VERSION} API" in notes
+    )
 
 
 def test_public_configmap_is_what_the_sandbox_installs(default: list[Obj]) -> None:
     public = h.one(default, "ConfigMap", sandbox.PUBLIC_CONFIGMAP)
     assert public["metadata"]["namespace"] == sandbox.SYSTEM_NAMESPACE
+    # What the Kubeflow SDK reads: the upstream release the operator implements.
+    assert public["data"] == {
+        "kubeflow_trainer_version": trainer.UPSTREAM_VERSION,
+        "kubeflow_trainer_api_version": trainer.UPSTREAM_VERSION,
+    }
     assert public["data"] == {
         "kubeflow_trainer_version": sandbox.TRAINER_VERSION,
         "kubeflow_trainer_api_version": sandbox.TRAINER_VERSION,
@@ -649,11 +731,11 @@ def test_runtime_images_can_be_replaced(rendered: dict[str, list[Obj]], default:
 
     changed = rendered["runtime-images"]
     assert images(changed, "deepspeed-distributed") == {
-        "mirror.example.com/kubeflow/trainer/deepspeed-runtime:v2.1.0"
+        "mirror.example.com/kubeflow/trainer/deepspeed-runtime:v2.3.0"
     }
     tuned = images(changed, "torchtune-llama3.2-1b")
-    assert "ghcr.io/kubeflow/trainer/torchtune-trainer:v2.1.0" in tuned
-    assert tuned - {"ghcr.io/kubeflow/trainer/torchtune-trainer:v2.1.0"} == images(
+    assert "ghcr.io/kubeflow/trainer/torchtune-trainer:v2.3.0" in tuned
+    assert tuned - {"ghcr.io/kubeflow/trainer/torchtune-trainer:v2.3.0"} == images(
         default, "torchtune-llama3.2-1b"
     ) - {"ghcr.io/kubeflow/trainer/torchtune-trainer"}  # the initializers' images are not the trainer's
     assert images(changed, "mlx-distributed") == images(default, "mlx-distributed")
