@@ -98,6 +98,42 @@ def test_webhooks_refuse_and_default_through_the_service(scenario: h.ScenarioRes
     assert scenario.defaulted["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] == "500m"
 
 
+def test_the_webhooks_take_the_largest_objects_the_api_server_stores(release: h.Installed) -> None:
+    """Admission requests over 1 MiB (aiohttp's default limit, which kopf's server kept) were refused
+    with 413: a TrainJob with a long inline script could not be created, and the garbage
+    collector's UPDATE in a foreground delete of a large runtime (old and new object: twice the
+    size) failed, so the delete hung. Both go through the chart's webhooks (failurePolicy Fail)."""
+    server = release.server
+    # 1.2 MiB in all (etcd stores up to 1.5 MiB; the CRD takes 1 MiB per command or args item).
+    script, data = "true # " + "x" * (1000 * 1024), "y" * (200 * 1024)
+    job = h.trainjob("inline-script", "torch-distributed", suspend=True)
+    job["spec"]["trainer"].update(command=["bash", "-c", script], args=[data])
+    created = server.create(job)
+    assert created["spec"]["trainer"]["command"][2] == script
+    # An UPDATE carries the object twice: 2.4 MiB to each webhook.
+    server.patch(
+        h.TRAINER_API,
+        "TrainJob",
+        "inline-script",
+        {"metadata": {"labels": {"big": "yes"}}},
+        h.SCENARIO_NAMESPACE,
+    )
+    server.delete(h.TRAINER_API, "TrainJob", "inline-script", h.SCENARIO_NAMESPACE)
+
+    runtime = h.gang_runtime("large-runtime", {"coscheduling": {"scheduleTimeoutSeconds": 30}})
+    node = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]
+    node["template"]["spec"]["template"]["spec"]["containers"][0]["command"] = ["true", "z" * (700 * 1024)]
+    server.create(runtime)
+    server.delete(
+        h.TRAINER_API, "TrainingRuntime", "large-runtime", h.SCENARIO_NAMESPACE, propagation="Foreground"
+    )
+    h.wait_for(
+        "the foreground delete of a 0.7 MiB runtime to finish",
+        lambda: h._get(server, h.TRAINER_API, "TrainingRuntime", "large-runtime") is None,
+        timeout=60,
+    )
+
+
 def test_events_tell_what_happened(scenario: h.ScenarioResult) -> None:
     reasons = {(e["involvedObject"]["name"], e["reason"]) for e in scenario.events}
     assert ("torch", "JobSetCreated") in reasons

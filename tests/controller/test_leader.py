@@ -191,6 +191,49 @@ def test_the_fence_closes_at_its_deadline_and_a_fenced_request_is_never_sent() -
     run(main)
 
 
+@pytest.mark.parametrize("wait", ["for the budget", "between retries"])
+def test_a_request_that_passed_the_fence_and_waited_is_not_sent_once_it_closed(wait: str) -> None:
+    """The fence was checked once per call, before the wait for the client budget and the pauses
+    between retries: on the real control plane a ConfigMap create went out 76 ms after its replica
+    stopped leading. It is checked again as each attempt goes on the wire."""
+    from aiohttp import web
+    from trainer_sandbox.ports import free_port
+
+    received: list[str] = []
+
+    async def main() -> None:
+        async def answer(request: web.Request) -> web.Response:
+            received.append(request.method)
+            if wait == "between retries":
+                return web.json_response({"kind": "Status", "code": 503}, status=503)
+            return web.json_response({"kind": "ConfigMap"})
+
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", answer)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        fence = Fence()
+        fence.open_until(time.monotonic() + 60)
+        client = FencedClient.behind(fence, ApiClient(f"http://127.0.0.1:{port}", qps=2, burst=1))
+        try:
+            if wait == "for the budget":
+                await client.request("POST", "/api/v1/namespaces/ns/configmaps", {})  # spends the burst
+            pending = asyncio.create_task(client.request("POST", "/api/v1/namespaces/ns/configmaps", {}))
+            await asyncio.sleep(0.1)  # waiting for a token (0.5 s away), or pausing after a 503
+            sent = len(received)
+            fence.close()
+            with pytest.raises(NotLeader):
+                await pending
+            assert len(received) == sent, f"an attempt went out after leadership ended ({wait})"
+        finally:
+            await client.close()
+            await runner.cleanup()
+
+    run(main)
+
+
 # --- electing -----------------------------------------------------------------------------------
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ def run(seconds: int) -> list[dict[str, str]]:
     return [{"name": "SANDBOX_RUN_SECONDS", "value": str(seconds)}]
 
 
-def replica(cluster: Cluster, workdir: Path, name: str) -> OperatorProcess:
+def replica(cluster: Cluster, workdir: Path, name: str, **config: Any) -> OperatorProcess:
     user = f"system:serviceaccount:{cluster.namespace}:trainer-{name}"
     election = {
         "leaderElect": True,
@@ -50,7 +50,7 @@ def replica(cluster: Cluster, workdir: Path, name: str) -> OperatorProcess:
         cluster,
         workdir / name,
         user=user,
-        config={"leaderElection": election},
+        config={"leaderElection": election, **config},
         namespaces=[cluster.namespace],
     )
     cluster.grant(user)
@@ -300,3 +300,40 @@ def test_a_leader_cut_off_from_its_lease_stops_writing_before_another_starts(
     finally:
         for process in (a, b):
             process.stop()
+
+
+def test_a_deposed_leader_sends_nothing_it_had_queued(cluster: Cluster, tmp_path: Path) -> None:
+    """A leader with writes and Events queued behind a small client budget loses its Lease (here an
+    administrator hands it to someone else). Once it has stopped leading, none of what it had
+    queued goes out: each attempt passes the fence as it goes on the wire, and the Event recorder
+    stops, dropping its queue. Before, a request that had passed the fence and then waited for the
+    budget (or a retry) went out after leadership ended, and queued Events kept being posted."""
+    a = replica(cluster, tmp_path, "a", clientConnection={"qps": 1, "burst": 1})
+    try:
+        a.start()
+        wait_for(lambda: a.leads(), timeout=30, what="replica a to lead")
+        for i in range(10):
+            cluster.create(trainjob(f"queued-{i}", trainer={"numNodes": 1, "env": run(-1)}))
+        wait_for(lambda: get_or_none(cluster, JS, "JobSet", "queued-0"), timeout=30, what="the first JobSet")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        usurped = {
+            "holderIdentity": "usurper",
+            "renewTime": now,
+            "acquireTime": now,
+            "leaseDurationSeconds": 3600,
+        }
+        cluster.patch(LEASE_API, "Lease", LEASE, {"spec": usurped})
+        wait_for(
+            lambda: a.leads() is False, timeout=RETRY_SECONDS + 5, interval=0.05, what="a to stop leading"
+        )
+        mark = cluster.audit_mark()
+        time.sleep(3 * RETRY_SECONDS + 1)  # a budget of 1 request a second: queued writes would show
+        late = [
+            (r.verb, r.resource)
+            for r in cluster.audit_since(mark)
+            if r.user == a.user and r.mutated and r.resource != "leases"
+        ]
+        assert late == [], f"writes after leadership ended: {late}"
+        assert a.leads() is False
+    finally:
+        a.stop()

@@ -299,6 +299,7 @@ class ApiClient:
         for attempt in range(self.retries + 1):
             if attempt or wait:
                 await self.limiter.acquire(priority)
+            self.before_sending(method, path)
             self.requests += 1
             try:
                 async with session.request(
@@ -343,6 +344,10 @@ class ApiClient:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
+
+    def before_sending(self, method: str, path: str) -> None:
+        """Called as each attempt goes on the wire, after any wait for the budget or a retry's
+        pause: the last moment a subclass can stop it (controller/leader.py's fence)."""
 
     def _request_headers(self, content_type: str | None) -> dict[str, str] | None:
         """What a request adds to the session's headers: the credentials held now, a body's type."""

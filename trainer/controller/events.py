@@ -80,7 +80,25 @@ class Recorder:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="event-recorder")
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="event-recorder")
+
+    async def halt(self) -> None:
+        """Stop at once, dropping what is queued and cutting a post under way: a replica that
+        stopped leading tells nothing more about TrainJobs another replica now reconciles."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        dropped = 0
+        while not self.queue.empty():
+            self.queue.get_nowait()
+            self.queue.task_done()
+            dropped += 1
+        if dropped:
+            self.dropped += dropped
+            logger.info("no longer leading: dropped %d queued event(s)", dropped)
 
     def record(self, trainjob: Obj, type_: str, reason: str, message: str) -> None:
         try:
@@ -107,12 +125,8 @@ class Recorder:
 
     async def stop(self, flush: float = 2.0) -> None:
         """Post what is queued (for at most ``flush`` seconds), then stop."""
-        if self._task is None:
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.queue.join(), flush)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
-        self._task = None
+        if self._task is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.queue.join(), flush)
+        await self.halt()
         await self.client.close()

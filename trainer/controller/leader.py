@@ -141,6 +141,11 @@ class FencedClient(ApiClient):
         self.fence.check(" ".join(str(a) for a in args[:2]) or "a request")
         return await super().request(*args, **kwargs)
 
+    def before_sending(self, method: str, path: str) -> None:
+        # And again as each attempt goes out: a request may wait for the budget, or pause between
+        # retries, for longer than leadership lasts (a create once went out 76 ms after it ended).
+        self.fence.check(f"{method} {path}")
+
 
 class Attempt(enum.Enum):
     ACQUIRED = enum.auto()  # this replica holds the Lease now (acquired or renewed)

@@ -7,7 +7,17 @@ a dashboard can then tell "no failures" from "no data".
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import choose_encoder
+
+from trainer.controller.serving import GuardedServer, Limits
+
+# A scraper makes one small GET at a time; prometheus_client's own server started a thread for
+# every connection, without bound (controller/serving.py).
+LIMITS = Limits(
+    max_connections=16, head_seconds=10.0, idle_seconds=120.0, body_seconds=10.0, max_body=0, max_in_flight=4
+)
 
 FRAMEWORKS = ("torch", "deepspeed", "mlx", "jax", "xgboost", "torchtune", "flux", "unknown")
 
@@ -53,8 +63,17 @@ class Metrics:
         for result in ("success", "error", "requeue"):
             self.reconciles.labels(result=result)
 
-    def serve(self, host: str, port: int) -> None:
-        start_http_server(port, addr=host, registry=self.registry)
+    def server(self, host: str, port: int) -> GuardedServer:
+        """``GET /metrics`` in Prometheus' text format (or OpenMetrics, when the scraper asks)."""
+        registry = self.registry
+
+        async def metrics(request: web.Request) -> web.Response:
+            encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+            return web.Response(body=encode(registry), headers={"Content-Type": content_type})
+
+        app = web.Application(client_max_size=1024)
+        app.router.add_get("/metrics", metrics)
+        return GuardedServer(app, host, port, "metrics server", LIMITS)
 
 
 def framework_of(label: str | None) -> str:

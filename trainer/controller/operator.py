@@ -41,9 +41,11 @@ from trainer.controller.metrics import Metrics
 from trainer.controller.reconciler import Reconciler, WorkQueue
 from trainer.controller.resources import CRDS, JOBSETS, Resources
 from trainer.controller.routing import Router
+from trainer.controller.serving import GuardedServer
 from trainer.controller.status_server import NotServing
 from trainer.controller.status_server import Server as StatusServerApp
 from trainer.controller.tls_certificates import CertificateReloader, write_self_signed
+from trainer.controller.webhook_server import WebhookServer
 from trainer.controller.webhooks import Webhooks
 from trainer.runtime import framework as fw
 
@@ -51,7 +53,6 @@ logger = logging.getLogger("trainer.operator")
 
 JOBSET_CRD = JOBSETS.name
 LOGIN_RETRY_SECONDS = 10  # kopf tries a failed login again after this long
-KOPF_FILE_CHECK_SECONDS = 10 * 365 * 86400.0  # never, in effect
 
 
 class StartupError(Exception):
@@ -81,6 +82,7 @@ class Running:
     status_server: StatusServerApp | None = None
     status_client: ApiClient | None = None
     status_tls: tempfile.TemporaryDirectory[str] | None = None
+    metrics_server: GuardedServer | None = None
 
     def start_workers(self, count: int) -> None:
         if not self.workers:
@@ -104,6 +106,8 @@ class Running:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.tasks.clear()
+        if self.metrics_server is not None:
+            await self.metrics_server.stop()
         if self.status_server is not None:
             await self.status_server.stop()
         if self.status_client is not None:
@@ -205,7 +209,8 @@ class Operator:
             reconciler_client = FencedClient.behind(elector.fence, client)
             events_client = FencedClient.behind(elector.fence, events_client)
         recorder = events.Recorder(events_client)
-        recorder.start()
+        if elector is None:
+            recorder.start()  # with leader election, it posts while this replica leads (below)
         reconciler = Reconciler(
             reconciler_client, self.cache, self.framework, self.resources, self.metrics, recorder, self.queue
         )
@@ -231,8 +236,15 @@ class Operator:
         if period > 0:
             running.tasks.append(asyncio.create_task(self.router.resync(period), name="resync"))
         if self.serve_metrics:
-            host, port = split_address(self.config.metrics.bind_address)
-            self.metrics.serve(host, port)
+            address = self.config.metrics.bind_address
+            metrics_server = self.metrics.server(*split_address(address))
+            try:
+                await metrics_server.start()
+            except OSError as exc:
+                self.running = None
+                await running.stop()
+                raise StartupError(f"metrics.bindAddress {address}: cannot listen: {exc}") from exc
+            running.metrics_server = metrics_server
         if self.tls is not None:
             running.tasks.append(asyncio.create_task(self.tls.reloader.watch(), name="certificate-reloader"))
         if certificate is not None:
@@ -299,7 +311,7 @@ class Operator:
             running.status_tls = _self_signed(urlsplit(url).hostname)
             certfile, keyfile = f"{running.status_tls.name}/tls.crt", f"{running.status_tls.name}/tls.key"
             context = CertificateReloader(certfile, keyfile).context
-        context.load_cert_chain(certfile, keyfile)  # kopf's webhook server may not have loaded it yet
+        context.load_cert_chain(certfile, keyfile)  # the webhook server may not have loaded it yet
         authority = ss.CertificateAuthority(cert_dir=Path(certfile).parent)
         interval = 30.0
         if running.certificate is not None:
@@ -339,6 +351,7 @@ class Operator:
             # What the watches queued while following is here already; a replica that led before
             # and lost the Lease looks at every TrainJob again, as a new leader would.
             self.router.queue_all()
+            running.recorder.start()
             running.start_workers(self.config.controller.trainjob_workers)
             gauge.set(1)
             if running.certificate is not None:
@@ -348,6 +361,7 @@ class Operator:
             gauge.set(0)
             if self.running is not None:
                 await self.running.stop_workers()
+                await self.running.recorder.halt()
 
         return Elector(
             client,
@@ -425,16 +439,13 @@ class Operator:
                 cert_dir = self_signed.name
             certfile, pkeyfile = f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"
             self.tls = WebhookTLS(CertificateReloader(certfile, pkeyfile), self_signed)
-            settings.admission.server = kopf.WebhookServer(
-                addr=webhook.host,
+            settings.admission.server = WebhookServer(
+                host=webhook.host,
                 port=webhook.port,
-                certfile=certfile,
-                pkeyfile=pkeyfile,
-                host=webhook.advertise_host,
                 context=self.tls.reloader.context,
-                # Renewed files are loaded into the same context in place (CertificateReloader);
-                # kopf's own check would close and reopen the port, refusing calls meanwhile.
-                file_check_interval=KOPF_FILE_CHECK_SECONDS,
+                certfile=certfile,
+                keyfile=pkeyfile,
+                advertise_host=webhook.advertise_host,
             )
             if webhook.manage_configuration:
                 settings.admission.managed = "trainer.kubeflow.org"

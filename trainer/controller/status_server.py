@@ -44,7 +44,8 @@ from aiohttp import web
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.controller.client import ApiClient, ApiError
-from trainer.runtime.info import Facts, StatusServer
+from trainer.controller.serving import BodyTooLarge, GuardedServer, Limits, read_body
+from trainer.runtime.info import Facts, StatusServer, controlled_by
 
 logger = logging.getLogger("trainer.status-server")
 
@@ -52,8 +53,17 @@ ROUTE = re.compile(
     "^" + re.escape("/apis/" + c.API_VERSION + "/namespaces/") + r"([^/]+)/trainjobs/([^/]+)/status$"
 )
 MAX_BODY = c.STATUS_SERVER_MAX_BODY
-READ_TIMEOUT_SECONDS = 10.0
-IDLE_TIMEOUT_SECONDS = 120.0
+# The port's guards (controller/serving.py): an SDK report is one small request on a fresh
+# connection, from any training pod of any TrainJob.
+LIMITS = Limits(
+    max_connections=256,
+    head_seconds=10.0,
+    idle_seconds=60.0,
+    handshake_seconds=10.0,
+    body_seconds=10.0,
+    max_body=MAX_BODY,
+    max_in_flight=64,
+)
 # Ours (docs/decisions.md §status-server-rate-limit): each TrainJob's pods may send this many
 # requests at once, and this many a second after that. The SDK sends one every 5 s at most.
 PER_TRAINJOB_BURST = 10
@@ -217,7 +227,7 @@ class Server:
         self.host = host
         self.port = port
         self.limits = limits or RateLimits()
-        self._runner: web.AppRunner | None = None
+        self._server: GuardedServer | None = None
 
     def app(self) -> web.Application:
         # aiohttp refuses a larger body itself (with its own 413) only on read(); ours reads in
@@ -227,24 +237,20 @@ class Server:
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None, keepalive_timeout=IDLE_TIMEOUT_SECONDS)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or []
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        server = GuardedServer(self.app(), self.host, self.port, "status server", LIMITS, self.ssl_context)
+        await server.start()
+        self._server, self.port = server, server.port
         logger.info("status server listening on %s:%d", self.host, self.port)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop()
 
     async def check(self, timeout: float = 2.0) -> None:
         """Upstream's status-server health check: a TLS connection to the port opens. Raises
         :class:`NotServing` when it does not (the server stopped, its port or certificate broke)."""
-        if self._runner is None:
+        if self._server is None:
             raise NotServing(f"the status server on port {self.port} is stopped")
         host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
         context = None
@@ -290,9 +296,8 @@ class Server:
             response.headers["Retry-After"] = str(self.limits.retry_after((namespace, name)))
             return response
         try:
-            raw = await asyncio.wait_for(_read_body(request), READ_TIMEOUT_SECONDS)
-            decoded = decode_request(raw)
-        except (InvalidRequest, TimeoutError):
+            decoded = decode_request(await read_body(request, LIMITS))
+        except (InvalidRequest, BodyTooLarge, TimeoutError):
             return status_error(422, "Invalid", "Invalid payload")
         if not decoded:
             return web.json_response(decoded)
@@ -314,17 +319,6 @@ def _bearer(header: str) -> str | None:
     if len(fields) != 2 or fields[0].lower() != "bearer":
         return None
     return fields[1]
-
-
-async def _read_body(request: web.Request) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.content.iter_chunked(16384):
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise InvalidRequest("the body is over 64 KiB")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 # --- the cluster side -----------------------------------------------------------------------------
@@ -432,11 +426,11 @@ class TokenReviewAuthenticator:
         if trainjob is None:
             trainjob = await self._named(f"/apis/{c.API_VERSION}/namespaces/{namespace}/trainjobs", name)
         jobset = self.facts.get(c.JOBSET_KIND, namespace, jobset_name, group=c.JOBSET_GROUP)
-        if jobset is None or not _controlled_by(jobset, trainjob):
+        if jobset is None or trainjob is None or not controlled_by(jobset, trainjob):
             jobset = await self._named(
                 f"/apis/{c.JOBSET_API_VERSION}/namespaces/{namespace}/jobsets", jobset_name
             )
-        if trainjob is None or jobset is None or not _controlled_by(jobset, trainjob):
+        if trainjob is None or jobset is None or not controlled_by(jobset, trainjob):
             return False
         pod_jobset_uid = labels.get(JOBSET_UID_LABEL)
         return pod_jobset_uid is None or pod_jobset_uid == jobset["metadata"].get("uid")
@@ -458,19 +452,6 @@ class TokenReviewAuthenticator:
             if exc.code == 404:
                 return None
             raise AuthenticationError(str(exc)) from exc
-
-
-def _controlled_by(obj: Obj, owner: Obj | None) -> bool:
-    if owner is None:
-        return False
-    uid = owner["metadata"].get("uid")
-    return any(
-        ref.get("controller") is True
-        and ref.get("kind") == c.TRAINJOB_KIND
-        and str(ref.get("apiVersion", "")).startswith(c.GROUP + "/")
-        and ref.get("uid") == uid
-        for ref in obj["metadata"].get("ownerReferences") or []
-    )
 
 
 # --- the CA the pods are given --------------------------------------------------------------------
