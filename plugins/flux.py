@@ -123,7 +123,7 @@ class FluxPlugin:
         objects = [entrypoint_configmap(info, policy, node_set)]
         secret_name = info.name + CURVE_SUFFIX
         # Running brokers hold the certificate: an existing Secret is used, never rewritten.
-        if info.facts.get("Secret", info.namespace, secret_name) is None:
+        if info.existing_child("Secret", secret_name) is None:
             objects.append(curve_secret(info))
         return objects
 

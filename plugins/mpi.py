@@ -152,7 +152,7 @@ class MPIPlugin:
             return None
         objects: list[Obj] = []
         secret_name = info.name + SSH_AUTH_SUFFIX
-        if info.facts.get("Secret", info.namespace, secret_name) is None:
+        if info.existing_child("Secret", secret_name) is None:
             objects.append(ssh_auth_secret(info, secret_name))
         objects.append(hostfile_configmap(info, mpi))
         return objects

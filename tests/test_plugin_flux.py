@@ -251,25 +251,32 @@ def test_curve_keys_are_random_without_a_seed_and_reproducible_with_one() -> Non
     assert curve_of("fx") == secret
 
 
-def test_an_existing_curve_secret_is_kept() -> None:
-    existing = {
+def test_the_curve_secret_this_trainjob_made_is_kept() -> None:
+    cluster = rendered(flux_runtime(), trainjob("fx", trainer={"numNodes": 2}, suspend=True))
+    made = only(cluster, "Secret", "fx-flux-curve")
+    # Resuming reconciles again: the Secret it made is kept, never written over.
+    cluster.apply(trainjob("fx", trainer={"numNodes": 2}, suspend=False))
+    assert not cluster.refusals and only(cluster, "Secret", "fx-flux-curve") == made
+    # The operator's reconcile, too, leaves it alone but writes the ConfigMap.
+    objects = operator_render(cluster)
+    assert not curve_secrets(objects)
+    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"] == ["fx-flux-entrypoint"]
+
+
+def test_a_curve_secret_planted_under_its_name_is_refused_never_mounted() -> None:
+    """A namespace peer's Secret named ``<name>-flux-curve`` would have been the brokers' key."""
+    planted = {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": {"name": "fx-flux-curve", "namespace": "default"},
         "type": "Opaque",
         "data": {"curve.cert": "Y2VydA=="},
     }
-    cluster = rendered(existing, flux_runtime(), trainjob("fx", trainer={"numNodes": 2}, suspend=True))
-    assert not [o for o in cluster.output() if o["kind"] == "Secret"]
-    assert scripts(cluster)["init.sh"], "the entrypoint ConfigMap is still written"
-    # Resuming reconciles again: still no Secret written over the existing one.
-    cluster.apply(trainjob("fx", trainer={"numNodes": 2}, suspend=False))
-    assert not cluster.refusals and not [o for o in cluster.output() if o["kind"] == "Secret"]
-    # The operator's reconcile, too, leaves the existing Secret alone but writes the ConfigMap.
-    objects = operator_render(cluster)
-    assert not curve_secrets(objects)
-    assert [o["metadata"]["name"] for o in objects if o["kind"] == "ConfigMap"] == ["fx-flux-entrypoint"]
-    assert cluster.facts.get("Secret", "default", "fx-flux-curve") == existing
+    cluster = render(planted, flux_runtime(), trainjob("fx", trainer={"numNodes": 2}))
+    assert not [o for o in cluster.output() if o["kind"] in ("JobSet", "Secret")]
+    conditions = cluster.trainjobs[("default", "fx")]["status"]["conditions"]
+    (failed,) = [c for c in conditions if c["type"] == "ReconcileFailed"]
+    assert "Secret default/fx-flux-curve exists and is not this TrainJob's" in failed["message"]
 
 
 def test_render_cli_show_secrets_gives_the_same_curve_key(tmp_path: Any) -> None:

@@ -23,6 +23,8 @@ from trainer.runtime import framework as fw
 from trainer.runtime import render as core
 from trainer.runtime.info import Facts
 
+LABEL = "trainer.kubeflow.org/trainjob-name"
+
 Obj = dict[str, Any]
 NOW = "1970-01-01T00:00:00Z"
 OMPI_ENV = [
@@ -400,24 +402,64 @@ def test_operator_reconcile_uses_fresh_keys_and_never_rekeys() -> None:
     assert secrets[0]["data"] != secrets[1]["data"], "no seed: the operator's keys come from os randomness"
     # With the Secret present the reconcile leaves it alone but still writes the hostfile.
     again = core.render(copy.deepcopy(tj), cluster.facts, framework, NOW)
+    assert again.error is None, "the Secret it made is this TrainJob's: kept"
     assert "Secret" not in [o["kind"] for o in again.objects]
     assert any(o["metadata"]["name"] == "alpha-mpi-hostfile" for o in again.objects)
 
 
-def test_an_existing_secret_is_kept() -> None:
-    existing = {
+def test_a_secret_planted_under_the_keys_name_is_refused_never_mounted() -> None:
+    """A namespace peer's Secret named ``<name>-mpi-ssh-auth`` was mounted as the job's SSH key:
+    whoever planted it held the key to every node. An existing Secret is kept only when this
+    TrainJob controls it (docs/decisions.md §11); otherwise the TrainJob says
+    so on its status and in an Event, and nothing is built."""
+    planted = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": "alpha-mpi-ssh-auth", "namespace": "default"},
+        "metadata": {"name": "alpha-mpi-ssh-auth", "namespace": "default", "labels": {LABEL: "alpha"}},
         "type": "kubernetes.io/ssh-auth",
         "data": {"ssh-privatekey": "a2V5", "ssh-publickey": "cHVi"},
     }
-    cluster = rendered(existing, mpi_runtime(), trainjob("alpha", trainer={"numNodes": 2}, suspend=True))
-    assert not [o for o in cluster.output() if o["kind"] == "Secret"]
-    assert hostfile_of(cluster).count("\n") == 2
-    # Resuming reconciles again: still no Secret written over the existing one.
-    cluster.apply(trainjob("alpha", trainer={"numNodes": 2}, suspend=False))
-    assert not cluster.refusals and not [o for o in cluster.output() if o["kind"] == "Secret"]
+    cluster = render(planted, mpi_runtime(), trainjob("alpha", trainer={"numNodes": 2}))
+    out = cluster.output()
+    built = {(o["kind"], o["metadata"]["name"]) for o in out if o["kind"] not in ("Secret", "TrainJob")}
+    assert not [o for o in out if o["kind"] == "Secret"], "no key made over it"
+    # Only the runtime snapshot, which is pinned before anything is built (as upstream does).
+    assert built == {("ConfigMap", "alpha-runtime-snapshot")}
+    status = cluster.trainjobs[("default", "alpha")]["status"]
+    failed = {c["type"]: c for c in status["conditions"]}["ReconcileFailed"]
+    assert failed["status"] == "True"
+    assert (
+        "Secret default/alpha-mpi-ssh-auth exists and is not this TrainJob's (it has no controller)"
+        in (failed["message"])
+    )
+
+
+def test_a_secret_another_trainjob_controls_is_refused() -> None:
+    """The controller's uid decides, not the name or our label."""
+    owner = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "name": "beta",
+        "uid": "beta-uid",
+        "controller": True,
+    }
+    planted = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "alpha-mpi-ssh-auth",
+            "namespace": "default",
+            "labels": {LABEL: "alpha"},
+            "ownerReferences": [owner],
+        },
+        "type": "kubernetes.io/ssh-auth",
+        "data": {"ssh-privatekey": "a2V5", "ssh-publickey": "cHVi"},
+    }
+    cluster = render(planted, mpi_runtime(), trainjob("alpha", trainer={"numNodes": 2}))
+    assert not [o for o in cluster.output() if o["kind"] == "JobSet"]
+    conditions = cluster.trainjobs[("default", "alpha")]["status"]["conditions"]
+    (failed,) = [c for c in conditions if c["type"] == "ReconcileFailed"]
+    assert "(controlled by TrainJob beta uid beta-uid)" in failed["message"]
 
 
 def test_hostfile_is_rewritten_while_the_jobset_is_frozen() -> None:

@@ -133,6 +133,7 @@ class Reconciler:
         self.cache = cache
         self.framework = framework
         self.metrics = metrics
+        self.resources = resources
         self.writer = Writer(client, cache, resources)
         self.queue = queue
         # TrainJob key -> uid of the TrainJob whose JobSet creation was counted: a JobSet
@@ -191,6 +192,8 @@ class Reconciler:
         outcome = render(trainjob, self.cache, self.framework, utc_now())
         if outcome.skipped:
             return Next.DONE
+        if outcome.conflict is not None:
+            self._forget_unwatched(outcome.conflict)
         report = WriteReport()
         write_error: ApiError | None = None
         try:
@@ -220,6 +223,16 @@ class Reconciler:
         if write_error is not None or outcome.error is not None:
             return Next.BACKOFF
         return After(outcome.requeue_after) if outcome.requeue_after is not None else Next.DONE
+
+    def _forget_unwatched(self, obj: Obj) -> None:
+        """An object in the way of a child that no watch follows (it lacks the label ours are
+        selected by: it was read by name after a create met it) is dropped from the cache, so
+        the retry looks again by name and goes on once it is gone (docs/decisions.md §11)."""
+        meta = obj.get("metadata") or {}
+        resource = self.resources.writable.get((obj.get("apiVersion", ""), obj.get("kind", "")))
+        if resource is None or resource.label is None or resource.label in (meta.get("labels") or {}):
+            return  # watched: its deletion is an event of its own
+        self.cache.forget(obj["kind"], meta.get("namespace"), meta["name"], Cache.group_of(obj))
 
     def _tell(
         self, trainjob: Obj, outcome: Outcome, report: WriteReport, *, status_written: bool = True

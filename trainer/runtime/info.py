@@ -184,6 +184,9 @@ class Info:
     # render` sets it from the TrainJob's uid so its output is byte-for-byte stable; the operator leaves it
     # None and keys come from the operating system's randomness.
     seed: bytes | None = None
+    # Children that exist and are kept as they are rather than built again (key material made
+    # once): the core checks each is this TrainJob's, as it checks what is built.
+    kept: list[Obj] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -235,6 +238,31 @@ class Info:
 
     def child_metadata(self, name: str) -> Obj:
         return child_metadata(self.trainjob, name)
+
+    def existing_child(self, kind: str, name: str, group: str = "") -> Obj | None:
+        """The child ``name`` of ``kind`` if it exists, to be kept rather than built again.
+
+        What is returned is recorded in :attr:`kept`: the core refuses to go on when it is not
+        this TrainJob's (render.check_control), so a plugin never mounts an object a namespace peer
+        planted under the name it would have used.
+        """
+        found = self.facts.get(kind, self.namespace, name, group=group)
+        if found is not None:
+            self.kept.append(found)
+        return found
+
+
+def controlled_by(obj: Obj, trainjob_obj: Obj) -> bool:
+    """Whether ``obj`` has this TrainJob (by uid) as its controller: the only children we write,
+    mount or delete."""
+    uid = (trainjob_obj.get("metadata") or {}).get("uid")
+    return bool(uid) and any(
+        ref.get("controller") is True
+        and ref.get("kind") == c.TRAINJOB_KIND
+        and str(ref.get("apiVersion", "")).startswith(c.GROUP + "/")
+        and ref.get("uid") == uid
+        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
+    )
 
 
 def owner_reference(trainjob: TrainJob) -> Obj:

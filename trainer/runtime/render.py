@@ -18,7 +18,7 @@ from trainer.api.views import TrainingRuntime, TrainJob
 from trainer.runtime import conditions as cond
 from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
-from trainer.runtime.info import Facts, PluginError
+from trainer.runtime.info import Facts, PluginError, controlled_by
 from trainer.runtime.snapshot import read_snapshot, snapshot_configmap, snapshot_name
 
 EVENT_RESOURCES_FAILED = "TrainJobResourcesCreationFailed"
@@ -47,6 +47,9 @@ class Outcome:
     # The TrainJob finished and its TTL has run out: it is to be deleted (its children go by
     # garbage collection). Never set for an unfinished one.
     expired: bool = False
+    # The object (as the facts hold it) whose name a child needs, which this TrainJob does not
+    # control: the operator looks again, by name, when it retries (docs/decisions.md §11).
+    conflict: Obj | None = None
 
     def requeue_within(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
@@ -130,6 +133,8 @@ def render(
             runtime_obj = _build(trainjob_obj, facts, framework, now, outcome, seed)
         except (PluginError, RuntimeNotFound) as exc:
             _record_failure(outcome, conditions, exc, now)
+            if isinstance(exc, ChildConflict):
+                outcome.conflict = exc.observed
         else:
             cond.remove(conditions, c.COND_RECONCILE_FAILED)
 
@@ -302,8 +307,48 @@ def _build(
                 f"a plugin built a {obj.get('kind')} ({obj.get('apiVersion')}), which no enabled plugin "
                 "declares in its kinds (Builds)"
             )
+    check_control(trainjob_obj, facts, built_objects, info.kept)
     outcome.objects.extend(built_objects)
     return runtime_obj
+
+
+def check_control(trainjob_obj: Obj, facts: Facts, built: list[Obj], kept: list[Obj]) -> None:
+    """Refuse to go on when a child's name is taken by an object this TrainJob does not control
+    (docs/decisions.md §11).
+
+    Applying over it would adopt it (a user's ConfigMap would get our ownerReference and go
+    with the TrainJob), and keeping it would mount it (a Secret a namespace peer planted under
+    the SSH key's name would be the job's key). Either way the TrainJob says why, on its status
+    and in an Event, and nothing is written until the name is free.
+    """
+    for obj in [*built, *kept]:
+        meta = obj.get("metadata") or {}
+        observed = obj if any(obj is k for k in kept) else None
+        if observed is None:
+            observed = facts.get(obj["kind"], meta.get("namespace"), meta["name"], group=Facts.group_of(obj))
+        if observed is None or controlled_by(observed, trainjob_obj):
+            continue
+        raise ChildConflict(
+            f"{obj['kind']} {meta.get('namespace')}/{meta['name']} exists and is not this TrainJob's "
+            f"({_controller_of(observed)}): the operator neither writes nor uses an object it does "
+            f"not control; delete or rename that {obj['kind']}",
+            observed,
+        )
+
+
+class ChildConflict(PluginError):
+    """A child's name is taken by an object this TrainJob does not control."""
+
+    def __init__(self, message: str, observed: Obj) -> None:
+        super().__init__(message)
+        self.observed = observed
+
+
+def _controller_of(obj: Obj) -> str:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True:
+            return f"controlled by {ref.get('kind')} {ref.get('name')} uid {ref.get('uid')}"
+    return "it has no controller"
 
 
 _PINNED: dict[tuple[str, str, str], Obj] = {}
