@@ -165,6 +165,28 @@ TOGGLES: dict[str, Obj] = {
         }
     },
     "leader-election-off": {"manager": {"replicas": 1, "config": {"leaderElection": {"leaderElect": False}}}},
+    "network-policy": {
+        "manager": {
+            "config": {"featureGates": {"TrainJobStatus": True}},
+            "networkPolicy": {
+                "webhook": {
+                    "restrict": True,
+                    "from": [{"ipBlock": {"cidr": "10.0.0.0/8", "except": ["10.1.0.0/16"]}}],
+                },
+                "metrics": {
+                    "from": [
+                        {
+                            "namespaceSelector": {
+                                "matchLabels": {"kubernetes.io/metadata.name": "monitoring"}
+                            },
+                            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+                        }
+                    ]
+                },
+            },
+        }
+    },
+    "network-policy-off": {"manager": {"networkPolicy": {"enabled": False}}},
 }
 
 
@@ -238,6 +260,11 @@ def test_strict_lint_is_clean(toggle: str) -> None:
         # Two sources for one certificate.
         ({"certManager": {"enabled": True}, "webhook": {"existingSecret": {"name": "x"}}}, "existingSecret"),
         ({"dataCache": {"enabled": True}}, "dataCache"),
+        # Restricting the webhook port to nobody would refuse every TrainJob write.
+        (
+            {"manager": {"networkPolicy": {"webhook": {"restrict": True}}}},
+            "manager.networkPolicy.webhook.from",
+        ),
     ],
 )
 def test_values_schema_refuses(values: Obj, complaint: str) -> None:

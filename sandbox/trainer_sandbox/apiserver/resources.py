@@ -154,6 +154,9 @@ def builtin_types() -> list[ResourceType]:
         ),
         _b("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short=("pc",)),
         _b("coordination.k8s.io", "v1", "leases", "Lease", generation=False),
+        # Stored, never enforced (the stand-in runs no pods): the chart installs them.
+        _b("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",)),
+        _b("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",), status=True),
     ]
 
 
