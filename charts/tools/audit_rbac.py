@@ -48,9 +48,10 @@ CERTIFICATE: set[rbac_audit.Permission] = {
 def split(
     permissions: set[rbac_audit.Permission],
 ) -> tuple[set[rbac_audit.Permission], set[rbac_audit.Permission]]:
-    """(the ClusterRole's, the leader election Role's): Leases are written in the release namespace only."""
+    """(the ClusterRole's, the leader election Role's): Leases are written in the release namespace
+    only. The certificate's calls are not in ``permissions`` (``chart_harness.operator_permissions``)."""
     lease = {p for p in permissions if p[0] == LEASES}
-    return permissions - lease - CERTIFICATE, lease
+    return permissions - lease, lease
 
 
 def _real_permissions(directory: Path) -> set[rbac_audit.Permission]:

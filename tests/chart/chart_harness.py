@@ -754,6 +754,28 @@ def run_scenario(server: Cluster, operator_user: str, mark: int = 0) -> Scenario
     wait_for("the suspended TrainJob's JobSet", lambda: exists(JOBSET_API, "JobSet", "suspended"))
     wait_for("the TrainJob Suspended", lambda: condition_true(server, "suspended", ns, "Suspended"))
 
+    # A Secret planted under a child's name is neither mounted nor adopted (docs/decisions.md §11):
+    # the TrainJob waits, naming it, and goes on once it is gone. The create meets the name (409)
+    # and the operator reads that Secret's metadata by name: the `get` on Secrets it is granted,
+    # never `list`.
+    planted = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "planted-mpi-ssh-auth", "namespace": ns},
+    }
+    server.create({**planted, "type": "Opaque", "data": {"key": "bm90IG91cnM="}})
+    server.create(trainjob("planted", "deepspeed-distributed"))
+
+    def refused_naming_it() -> bool:
+        failed = condition_true(server, "planted", ns, "ReconcileFailed") or {}
+        return "planted-mpi-ssh-auth" in str(failed.get("message", ""))
+
+    wait_for("the planted Secret refused", refused_naming_it)
+    server.delete("v1", "Secret", "planted-mpi-ssh-auth", ns)
+    wait_for(
+        "planted's JobSet once the name is free", lambda: exists(JOBSET_API, "JobSet", "planted"), timeout=90
+    )
+
     # Children edited behind the operator's back are written back.
     hostfile = server.get("v1", "ConfigMap", "deepspeed-mpi-hostfile", ns)
     key = next(iter(hostfile["data"]))
@@ -990,8 +1012,25 @@ def installed(
             restore_real_plane(cluster)
 
 
+# The operator's own webhook certificate's objects, which the chart grants by name
+# (templates/webhook/certificate-rbac.yaml): (resource, namespace, name).
+CERTIFICATE_OBJECTS = {
+    ("secrets", NAMESPACE, f"{RELEASE}-webhook-cert"),
+    ("validatingwebhookconfigurations", "", "validator.trainer.kubeflow.org"),
+    ("mutatingwebhookconfigurations", "", "defaulter.trainer.kubeflow.org"),
+}
+
+
+def certificate_call(record: Any) -> bool:
+    """A call on one of the certificate's objects (granted by name, not by the ClusterRole)."""
+    return (record.resource, record.namespace or "", record.name) in CERTIFICATE_OBJECTS
+
+
 def operator_permissions(result: ScenarioResult, user: str) -> set[rbac_audit.Permission]:
-    """The permissions the operator used: its calls, and what its ownerReferences ask of admission."""
-    return rbac_audit.permissions_from_audit(result.audit, user) | rbac_audit.owner_finalizer_permissions(
+    """The permissions the operator used for its workload: its calls (not those on the webhook
+    certificate's objects, which are granted by name), and what its ownerReferences ask of
+    admission."""
+    calls = [r for r in result.audit if not certificate_call(r)]
+    return rbac_audit.permissions_from_audit(calls, user) | rbac_audit.owner_finalizer_permissions(
         result.created, OWNER_KINDS
     )

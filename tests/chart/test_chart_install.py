@@ -22,7 +22,7 @@ import yaml
 from trainer_sandbox import rbac_audit
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.apiserver.errors import APIError
-from trainer_sandbox.backends import Cluster
+from trainer_sandbox.backends import Cluster, RealCluster
 
 from trainer.controller.config import Configuration
 from trainer.controller.operator import Operator
@@ -183,6 +183,86 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
     assert granted == Operator(config=Configuration()).resources.permissions()
 
 
+def access(server: RealCluster, user: str, verb: str, resource: str, namespace: str = "") -> bool:
+    """What `kubectl auth can-i <verb> <resource> --as <user>` asks: a SubjectAccessReview."""
+    review: Obj = server.http.request(
+        "POST",
+        "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": ["system:serviceaccounts", f"system:serviceaccounts:{h.NAMESPACE}"],
+                "resourceAttributes": {"verb": verb, "resource": resource, "namespace": namespace},
+            },
+        },
+    )
+    return bool(review["status"].get("allowed"))
+
+
+def test_the_operator_cannot_list_or_watch_secrets(release: h.Installed) -> None:
+    """The chart granted cluster-wide list/watch on Secrets (upstream grants more): the operator's
+    identity listed a service-account token Secret in kube-system. It now creates the Secrets it
+    makes and reads one by name when a create finds its name taken; nothing lists them."""
+    server, user = release.server, release.operator_user
+    role = h.one(release.objects, "ClusterRole", "kubeflow-trainer-controller-manager")
+    granted = rbac_audit.permissions_from_rules(role["rules"])
+    assert {verb for _, resource, verb in granted if resource == "secrets"} == {"create", "get"}
+    if not isinstance(server, RealCluster):
+        return  # the stand-in answers no SubjectAccessReview: the real authorizer below
+    for namespace in ("", "kube-system", h.SCENARIO_NAMESPACE):
+        assert not access(server, user, "list", "secrets", namespace), namespace or "cluster-wide"
+        assert not access(server, user, "watch", "secrets", namespace), namespace or "cluster-wide"
+    assert access(server, user, "create", "secrets", h.SCENARIO_NAMESPACE)
+    assert access(server, user, "get", "secrets", "kube-system"), "get by name remains (docs/security.md)"
+    for path in ("/api/v1/secrets", "/api/v1/namespaces/kube-system/secrets"):  # a real attempt
+        with pytest.raises(APIError) as refused:
+            server.http.request("GET", path, headers=server._as(user))
+        assert refused.value.code == 403, path
+
+
+def test_the_admission_policy_holds_the_operator_to_trainjob_children(release: h.Installed) -> None:
+    """What RBAC cannot say: of ConfigMaps and Secrets, the operator's account writes only those a
+    TrainJob controls, and never a service-account token Secret (a real attempt of each)."""
+    server, user = release.server, release.operator_user
+    if not isinstance(server, RealCluster):
+        pytest.skip("the stand-in stores ValidatingAdmissionPolicies but does not evaluate them")
+    ns = h.SCENARIO_NAMESPACE
+    owner = {
+        "apiVersion": h.TRAINER_API,
+        "kind": "TrainJob",
+        "name": "someone",
+        "uid": "00000000-0000-0000-0000-000000000001",
+        "controller": True,
+    }
+    plain = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "not-a-child", "namespace": ns}}
+    with pytest.raises(APIError) as refused:
+        server.create(plain, user=user)
+    assert "writes only ConfigMaps and Secrets a TrainJob controls" in str(refused.value)
+    token = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": "forged-token",
+            "namespace": ns,
+            "ownerReferences": [owner],
+            "annotations": {"kubernetes.io/service-account.name": "default"},
+        },
+        "type": "kubernetes.io/service-account-token",
+    }
+    with pytest.raises(APIError) as refused:
+        server.create(token, user=user)
+    assert "never writes service-account token Secrets" in str(refused.value)
+    child = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "a-child", "namespace": ns, "ownerReferences": [owner]},
+    }
+    server.create(child, user=user)  # a TrainJob's child: allowed
+    server.delete("v1", "ConfigMap", "a-child", ns)
+
+
 CERTIFICATE_RBAC = "kubeflow-trainer-webhook-certificate"
 
 
@@ -209,7 +289,7 @@ def test_certificate_rbac_is_by_name_and_used(release: h.Installed, scenario: h.
     used = {
         (r.group, r.resource, r.name, r.verb)
         for r in scenario.audit
-        if r.user == user and (r.resource, r.verb) in {(res, verb) for _, res, verb in audit_rbac.CERTIFICATE}
+        if r.user == user and h.certificate_call(r)
     }
     assert used, "the operator never read its certificate Secret or wrote a caBundle"
     assert used <= granted, f"calls outside the certificate's grants: {sorted(used - granted)}"
@@ -260,10 +340,13 @@ def test_uninstall_leaves_only_the_crds(release: h.Installed) -> None:
     server = release.server
     release.operator.stop()
     # Over the release's whole life (the workload, the upgrade): the API server refused it nothing.
+    # (Not the tests' own attempts in its name, refused on purpose: urllib's user agent.)
     refused = [
         f"{r.verb} {r.path}"
         for r in server.audit_since(release.mark)
-        if r.user == release.operator_user and r.status == 403
+        if r.user == release.operator_user
+        and r.status == 403
+        and not r.user_agent.startswith("Python-urllib")
     ]
     assert refused == []
     release.helm.uninstall(h.RELEASE, timeout=120)
@@ -307,6 +390,17 @@ def test_operator_refuses_to_start_without_jobset(tmp_path: Path) -> None:
         code = release.operator.wait_exit(60)
         assert code != 0
         assert "the JobSet CRD (jobsets.jobset.x-k8s.io) is not installed" in release.operator.logs()
+
+
+@pytest.mark.standin_only("the stand-in can claim to be an older Kubernetes")
+def test_the_admission_policy_refuses_kubernetes_older_than_1_30(tmp_path: Path) -> None:
+    server = LocalAPIServer(minor_version=29).start()
+    try:
+        with h.helm_config(server, tmp_path) as cfg, pytest.raises(helm.HelmError) as refused:
+            cfg.install(str(h.CHART), h.RELEASE, create_namespace=True)
+        assert "manager.admissionPolicy.enabled needs Kubernetes 1.30 or later" in str(refused.value)
+    finally:
+        server.stop()
 
 
 @pytest.mark.standin_only("the stand-in can claim to be an older Kubernetes")

@@ -39,8 +39,11 @@ def test_every_child_the_render_core_builds_is_written_and_watched(scheduler: st
     assert {"JobSet", "ConfigMap", "Secret", "PodGroup"} <= kinds, kinds
     watched = {(r.api_version, r.kind) for r in DEFAULT.watched if r.role is Role.CHILD}
     for obj in children:
-        assert DEFAULT.resource_of(obj) is DEFAULT.writable[(obj["apiVersion"], obj["kind"])].type
-        assert (obj["apiVersion"], obj["kind"]) in watched
+        resource = DEFAULT.writable[(obj["apiVersion"], obj["kind"])]
+        assert DEFAULT.resource_of(obj) is resource.type
+        # Key material is created once and never listed or watched (docs/security.md, finding 1).
+        assert ((obj["apiVersion"], obj["kind"]) in watched) is (obj["kind"] != "Secret")
+        assert resource.watched is (obj["kind"] != "Secret")
 
 
 def test_the_table_is_what_the_enabled_plugins_declare() -> None:
@@ -52,7 +55,6 @@ def test_the_table_is_what_the_enabled_plugins_declare() -> None:
             (c.GROUP, "clustertrainingruntimes"),
             ("", "configmaps"),  # the core's snapshot, MPI's hostfile, Flux's entrypoint
             ("jobset.x-k8s.io", "jobsets"),
-            ("", "secrets"),  # MPI's and Flux's keys
             ("scheduling.x-k8s.io", "podgroups"),
             ("scheduling.volcano.sh", "podgroups"),
             ("scheduling.k8s.io", "priorityclasses"),  # read by Volcano's admission
@@ -60,7 +62,9 @@ def test_the_table_is_what_the_enabled_plugins_declare() -> None:
     )
     assert table[("scheduling.k8s.io", "priorityclasses")].role is Role.FACT
     assert not table[("scheduling.k8s.io", "priorityclasses")].type.namespaced
-    assert table[("", "secrets")].patch is False, "keys are written once"
+    secrets = DEFAULT.writable[("v1", "Secret")]  # MPI's and Flux's keys: written once, never watched
+    assert (secrets.patch, secrets.watched) == (False, False)
+    assert {v for g, r, v in DEFAULT.permissions() if r == "secrets"} == {"create", "get"}
     assert table[("jobset.x-k8s.io", "jobsets")].delete
     assert table[("scheduling.volcano.sh", "podgroups")].optional
     # Without Volcano, nobody reads PriorityClasses or builds Volcano's PodGroups: neither is
@@ -152,13 +156,12 @@ def test_rights_follow_the_declarations() -> None:
     assert declared == {
         ("example.com", "widgets", "list"),
         ("example.com", "widgets", "watch"),
-        *(("example.com", "gadgets", verb) for verb in ("list", "watch", "create")),
-        # Never patched, but created by server-side apply (unlabelled: see Writer.create), which
-        # the API server checks as a patch too.
-        ("example.com", "gadgets", "patch"),
-        # Labelled: created by a plain create, and never patched.
-        *(("example.com", "gizmos", verb) for verb in ("list", "watch", "create")),
+        # Only ever created: a plain create, and a read by name when it meets one; never listed.
+        *(("example.com", "gadgets", verb) for verb in ("create", "get")),
+        *(("example.com", "gizmos", verb) for verb in ("create", "get")),
     }
+    watched = Resources([("P", Reads(WIDGET)), ("Q", Builds(gadget, patch=True))]).permissions()
+    assert {v for g, r, v in watched if r == "gadgets"} == {"list", "watch", "create", "patch"}
 
 
 def test_watch_ids_are_unique_and_only_labelled_kinds_are_filtered_by_the_server() -> None:
@@ -168,7 +171,7 @@ def test_watch_ids_are_unique_and_only_labelled_kinds_are_filtered_by_the_server
     for reflector in informer.reflectors:
         r = reflector.resource
         assert reflector._params() == ({"labelSelector": r.label} if r.labelled else {}), r
-    assert {r.kind for r in DEFAULT.watched if r.labelled} == {"ConfigMap", "Secret"}
+    assert {r.kind for r in DEFAULT.watched if r.labelled} == {"ConfigMap"}
 
 
 def test_each_watched_resource_is_listed_and_watched_once_per_namespace() -> None:

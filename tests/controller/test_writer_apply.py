@@ -89,6 +89,17 @@ class RecordingClient:
         self.calls.append(("list", rtype.plural, kwargs))
         return {"items": copy.deepcopy(self.existing)}
 
+    async def get_metadata(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        self.calls.append(("get_metadata", rtype.plural, {"name": name}))
+        found = [o for o in self.existing if o["metadata"]["name"] == name]
+        if not found:
+            raise ApiError(404, {"reason": "NotFound"})
+        return {
+            "kind": "PartialObjectMetadata",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": found[0]["metadata"],
+        }
+
 
 def _write(client: RecordingClient, cache: Cache, desired: list[Obj]) -> WriteReport:
     report = WriteReport()
@@ -143,17 +154,35 @@ def test_a_secret_is_never_rewritten() -> None:
 
 
 @pytest.mark.parametrize(
-    ("obj", "reason"), [(SECRET, "AlreadyExists"), (_jobset(True), "Conflict")], ids=["create", "apply"]
+    ("obj", "reason", "read"),
+    [
+        (CONFIGMAP, "AlreadyExists", "list"),
+        (_jobset(True), "Conflict", "list"),
+        (SECRET, "AlreadyExists", "get_metadata"),
+    ],
+    ids=["create", "apply", "create-only"],
 )
-def test_a_create_that_meets_an_object_reads_it_once(obj: Obj, reason: str) -> None:
-    """A plain create's AlreadyExists and an unforced apply's conflict with another manager alike."""
+def test_a_create_that_meets_an_object_reads_it_once(obj: Obj, reason: str, read: str) -> None:
+    """A plain create's AlreadyExists and an unforced apply's conflict with another manager alike;
+    a Secret, never listed, is read by name, its metadata only."""
     existing = {**copy.deepcopy(obj), "metadata": {"name": obj["metadata"]["name"], "namespace": "ns"}}
     client = RecordingClient(refuse=ApiError(409, {"reason": reason}), existing=[existing])
     cache = Cache()
     with pytest.raises(StaleCache):
         _write(client, cache, [obj])
-    assert [verb for verb, _, _ in client.calls] == ["create" if obj is SECRET else "apply", "list"]
-    assert cache.get(obj["kind"], "ns", obj["metadata"]["name"]) is not None
+    assert [verb for verb, _, _ in client.calls] == ["apply" if obj["kind"] == "JobSet" else "create", read]
+    cached = cache.get(obj["kind"], "ns", obj["metadata"]["name"])
+    assert cached is not None
+    if read == "get_metadata":
+        assert "data" not in cached and cached["kind"] == "Secret", "no key material in the cache"
+
+
+def test_a_secret_we_create_is_cached_without_its_keys() -> None:
+    cache = Cache()
+    _write(RecordingClient(), cache, [SECRET])
+    cached = cache.get("Secret", "ns", "tj-mpi-ssh-auth")
+    assert cached is not None and "data" not in cached
+    assert cached["metadata"]["ownerReferences"] == SECRET["metadata"]["ownerReferences"]
 
 
 def test_an_apply_that_creates_asks_for_create_as_well_as_patch() -> None:

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is YAML)
+PARTIAL_METADATA = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
 
 class ApiError(Exception):
@@ -257,6 +258,7 @@ class ApiClient:
         priority: int = CHILDREN,
         wait: bool = True,
         reauthenticate: bool = True,
+        accept: str | None = None,
     ) -> Obj:
         """One request within the budget; ``wait=False`` raises Throttled rather than queue for it.
 
@@ -266,7 +268,7 @@ class ApiClient:
         """
         sent = await self.authenticated()
         try:
-            return await self._request(method, path, body, content_type, params, priority, wait)
+            return await self._request(method, path, body, content_type, params, priority, wait, accept)
         except ApiError as exc:
             if exc.code != 401 or not reauthenticate or not await self.unauthorized(sent):
                 raise
@@ -279,6 +281,7 @@ class ApiClient:
             priority=priority,
             wait=wait,
             reauthenticate=False,
+            accept=accept,
         )
 
     async def _request(
@@ -290,6 +293,7 @@ class ApiClient:
         params: dict[str, str] | None,
         priority: int,
         wait: bool,
+        accept: str | None = None,
     ) -> Obj:
         data = json.dumps(body).encode() if body is not None else None
         session = await self.session()
@@ -307,7 +311,7 @@ class ApiClient:
                     self.server + path,
                     data=data,
                     params=params,
-                    headers=self._request_headers(content_type if data is not None else None),
+                    headers=self._request_headers(content_type if data is not None else None, accept),
                     ssl=self.ssl if self.ssl is not None else True,
                     timeout=aiohttp.ClientTimeout(total=30),
                 ) as response:
@@ -349,11 +353,14 @@ class ApiClient:
         """Called as each attempt goes on the wire, after any wait for the budget or a retry's
         pause: the last moment a subclass can stop it (controller/leader.py's fence)."""
 
-    def _request_headers(self, content_type: str | None) -> dict[str, str] | None:
-        """What a request adds to the session's headers: the credentials held now, a body's type."""
+    def _request_headers(self, content_type: str | None, accept: str | None = None) -> dict[str, str] | None:
+        """What a request adds to the session's headers: the credentials held now, a body's type,
+        the representation asked for."""
         headers = self.credentials.info.as_http_headers() if self.credentials is not None else {}
         if content_type is not None:
             headers["Content-Type"] = content_type
+        if accept is not None:
+            headers["Accept"] = accept
         return headers or None
 
     async def create(
@@ -408,6 +415,11 @@ class ApiClient:
         if uid:
             body["preconditions"] = {"uid": uid}
         return await self.request("DELETE", rtype.path(namespace, name), body)
+
+    async def get_metadata(self, rtype: ResourceType, namespace: str | None, name: str) -> Obj:
+        """One object's metadata only (``PartialObjectMetadata``): what the operator needs of a
+        Secret in a child's way (whether it exists, who controls it), never its data."""
+        return await self.request("GET", rtype.path(namespace, name), accept=PARTIAL_METADATA)
 
     async def list(
         self,

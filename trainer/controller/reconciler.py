@@ -230,7 +230,10 @@ class Reconciler:
         the retry looks again by name and goes on once it is gone (docs/decisions.md §11)."""
         meta = obj.get("metadata") or {}
         resource = self.resources.writable.get((obj.get("apiVersion", ""), obj.get("kind", "")))
-        if resource is None or resource.label is None or resource.label in (meta.get("labels") or {}):
+        watched = resource is not None and resource.watched
+        if resource is None or (
+            watched and (resource.label is None or resource.label in (meta.get("labels") or {}))
+        ):
             return  # watched: its deletion is an event of its own
         self.cache.forget(obj["kind"], meta.get("namespace"), meta["name"], Cache.group_of(obj))
 

@@ -46,6 +46,9 @@ class Resource:
     optional: bool = False
     patch: bool = False  # a child that differs from what is built is patched
     delete: bool = False  # the render core may delete it
+    # Listed and watched. Not for children only ever created (key material): those are known
+    # by the operator's own creates, and read by name when a create finds the name taken.
+    watched: bool = True
 
     @property
     def api_version(self) -> str:
@@ -96,6 +99,7 @@ OWN_PERMISSIONS: frozenset[Permission] = frozenset(
 def _resource(kind: Kind, declarations: Sequence[tuple[str, Declaration]]) -> Resource:
     """One resource for every declaration of a kind (``kinds.by_kind`` checked they agree)."""
     builds = [d for _, d in declarations if isinstance(d, Builds)]
+    create_only = len(builds) == len(declarations) and not any(d.patch or d.delete for d in builds)
     return Resource(
         kind.kind,
         ResourceType(kind.group, kind.version, kind.plural, namespaced=kind.namespaced),
@@ -105,6 +109,7 @@ def _resource(kind: Kind, declarations: Sequence[tuple[str, Declaration]]) -> Re
         optional=all(d.optional for _, d in declarations),
         patch=any(d.patch for d in builds),
         delete=any(d.delete for d in builds),
+        watched=not create_only,
     )
 
 
@@ -112,6 +117,10 @@ def permissions_of(resource: Resource) -> set[Permission]:
     """The rights a declared resource takes: read ones are listed and watched, built ones also
     created (an apply that creates asks ``create``), and patched and deleted as declared."""
     group, plural = resource.type.group, resource.type.plural
+    if not resource.watched:
+        # Created, and read by name when a create finds the name taken: never listed, so the
+        # operator's identity cannot enumerate them (a cluster's Secrets, tokens among them).
+        return {(group, plural, "create"), (group, plural, "get")}
     verbs = {"list", "watch"}
     if resource.role is Role.CHILD:
         verbs.add("create")
@@ -129,7 +138,7 @@ class Resources:
     def __init__(self, declarations: Iterable[tuple[str, Declaration]]) -> None:
         declared = tuple(_resource(kind, found) for kind, found in by_kind(declarations).items())
         self._declared = declared
-        self.watched: tuple[Resource, ...] = (*OWN, *declared)
+        self.watched: tuple[Resource, ...] = (*OWN, *(r for r in declared if r.watched))
         # What the render core may return: the children it builds.
         self.writable: dict[tuple[str, str], Resource] = {
             (r.api_version, r.kind): r for r in declared if r.role is Role.CHILD

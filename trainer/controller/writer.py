@@ -9,7 +9,10 @@ name too), forced as controllers do: we send the whole object we want, the API s
 with the object as it is, and the fields others set that we do not (a node selector or toleration
 Kueue puts on a suspended JobSet's pod template, what a webhook defaulted) stay; a field we set
 once and want no longer goes. ConfigMaps and Secrets are created with a plain create instead (see
-``Writer.create``). The TrainJob status is a merge patch with the TrainJob's resourceVersion.
+``Writer.create``). Secrets (create-only key material) are never listed or watched: what is
+cached of one is its metadata, from our create or, when a create finds the name taken, from a
+read of that one object by name. The TrainJob status is a merge patch with the TrainJob's
+resourceVersion.
 """
 
 from __future__ import annotations
@@ -80,7 +83,9 @@ class Writer:
             )
             if observed is None:
                 try:
-                    stored = await self.create(rtype, obj, plain=resource.labelled)
+                    # Create-only kinds (never watched) by a plain create too: its 409 is how an
+                    # object already in the name's way shows.
+                    stored = await self.create(rtype, obj, plain=resource.labelled or not resource.watched)
                 except ApiError as exc:
                     if exc.code != 409:
                         raise
@@ -89,13 +94,22 @@ class Writer:
                     # Read it once (LIST by name: the rights we already hold), so the next
                     # reconcile judges it: ours gets our label by apply, a foreign snapshot is
                     # refused on status, an existing SSH Secret is used.
-                    found = await self.client.list(
-                        rtype, meta.get("namespace"), field_selector=f"metadata.name={meta['name']}"
-                    )
-                    for item in found.get("items") or []:
-                        self.cache.observe(_with_kind(item, obj))
+                    if resource.watched:
+                        found = await self.client.list(
+                            rtype, meta.get("namespace"), field_selector=f"metadata.name={meta['name']}"
+                        )
+                        for item in found.get("items") or []:
+                            self.cache.observe(_with_kind(item, obj))
+                    else:  # never listed: its metadata, by name (who controls it is all we need)
+                        try:
+                            item = await self.client.get_metadata(rtype, meta.get("namespace"), meta["name"])
+                        except ApiError as gone:
+                            if gone.code != 404:
+                                raise
+                        else:
+                            self.cache.observe(_metadata_of(item, obj))
                     raise StaleCache(f"{obj['kind']} {meta['name']} exists but was not in the cache") from exc
-                self.cache.observe(_with_kind(stored, obj))
+                self.cache.observe(_with_kind(stored, obj) if resource.watched else _metadata_of(stored, obj))
                 report.created.append(obj)
                 continue
             if not resource.patch or contains(observed, obj):
@@ -181,6 +195,12 @@ class Writer:
 
 class StaleCache(Exception):
     """A write found the cluster ahead of our cache; retry once the watch has caught up."""
+
+
+def _metadata_of(stored: Obj, sent: Obj) -> Obj:
+    """What is cached of a create-only child: its metadata, never its data (key material has no
+    business in the operator's memory once written)."""
+    return {"apiVersion": sent["apiVersion"], "kind": sent["kind"], "metadata": stored.get("metadata") or {}}
 
 
 def _with_kind(stored: Obj, sent: Obj) -> Obj:

@@ -66,7 +66,10 @@ class Builds:
 
     The operator creates them, watches them (a change or a deletion reconciles the TrainJob that
     owns them) and caches them as facts. ``patch``: an object that differs from what the plugin
-    builds is patched; False for what is written once and never changed (key material).
+    builds is patched; False for what is written once and never changed (key material). A kind
+    every declaration of which is such a create-only child is never listed or watched: the
+    operator knows it by its own creates and, when a create finds the name taken, by reading that
+    one object's metadata by name (so it is granted ``create`` and ``get``, never ``list``).
     ``delete``: the render core may ask for it to be deleted (the JobSet, when a deadline passes).
     ``label`` and ``optional`` as for :class:`Reads`; children carry the TrainJob's name label.
     """

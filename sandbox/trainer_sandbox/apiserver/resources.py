@@ -154,7 +154,23 @@ def builtin_types() -> list[ResourceType]:
         ),
         _b("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False, short=("pc",)),
         _b("coordination.k8s.io", "v1", "leases", "Lease", generation=False),
-        # Stored, never enforced (the stand-in runs no pods): the chart installs them.
+        # Stored, never enforced (the stand-in runs no pods and evaluates no policies): the chart
+        # installs them.
+        _b(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicies",
+            "ValidatingAdmissionPolicy",
+            namespaced=False,
+            status=True,
+        ),
+        _b(
+            "admissionregistration.k8s.io",
+            "v1",
+            "validatingadmissionpolicybindings",
+            "ValidatingAdmissionPolicyBinding",
+            namespaced=False,
+        ),
         _b("networking.k8s.io", "v1", "networkpolicies", "NetworkPolicy", short=("netpol",)),
         _b("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", short=("pdb",), status=True),
     ]
