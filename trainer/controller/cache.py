@@ -67,6 +67,19 @@ class Cache(Facts):
     def trainjob(self, key: TrainJobKey) -> Obj | None:
         return self.trainjobs.get(key)
 
+    def controlled(self, obj: Obj) -> bool:
+        """Whether a TrainJob this cache holds is ``obj``'s controller (by name and uid)."""
+        meta = obj.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if (
+                ref.get("controller") is True
+                and ref.get("kind") == c.TRAINJOB_KIND
+                and str(ref.get("apiVersion", "")).startswith(c.GROUP + "/")
+            ):
+                owner = self.trainjobs.get((meta.get("namespace") or "default", str(ref.get("name"))))
+                return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
+        return False
+
     def replace(
         self,
         kind: str,
@@ -118,6 +131,31 @@ class Cache(Facts):
             if namespace is not None and (obj.get("metadata") or {}).get("namespace") != namespace:
                 continue
             yield obj
+
+
+# What is kept of an object's metadata when only its identity and ownership matter.
+_SLIM_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "labels",
+    "ownerReferences",
+    "deletionTimestamp",
+)
+
+
+def slim(obj: Obj) -> Obj:
+    """``obj`` without its content: what the render core needs of an object that is not one of our
+    TrainJobs' children (that it exists, who controls it), and no more. A tenant's ConfigMap with
+    our label, a JobSet another controller made, cost the operator their names, not their bytes."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in _SLIM_METADATA if k in meta},
+    }
 
 
 def owner_trainjob(obj: Obj) -> TrainJobKey | None:

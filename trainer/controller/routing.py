@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.controller.cache import Cache, owner_trainjob
+from trainer.controller.cache import Cache, owner_trainjob, slim
 from trainer.controller.reconciler import WorkQueue
 from trainer.controller.resources import Resource, Resources, Role
 
@@ -61,7 +61,7 @@ class Router:
     ) -> None:
         """A LIST (at start-up, or after a watch the server could not resume): the cache takes it
         as the whole truth of its scope, and the TrainJobs of what changed or vanished are queued."""
-        typed = [_typed(item, resource) for item in items]
+        typed = [self._kept(resource, _typed(item, resource)) for item in items]
         changed, gone = self.cache.replace(
             resource.kind, resource.type.group, namespace, typed, resource_version, label=resource.label
         )
@@ -78,8 +78,16 @@ class Router:
         if deleted:
             self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
         else:
-            self.cache.observe(obj)
+            self.cache.observe(self._kept(resource, obj))
         self._concerns(resource, obj, deleted=deleted)
+
+    def _kept(self, resource: Resource, obj: Obj) -> Obj:
+        """What the cache keeps of a watched object: the whole of a child one of our TrainJobs
+        controls (the render core compares it with what it builds), only the identity and
+        ownership of any other object of a child kind (docs/security.md, finding 4)."""
+        if resource.role is Role.CHILD and not self.cache.controlled(obj):
+            return slim(obj)
+        return obj
 
     def _concerns(self, resource: Resource, obj: Obj, *, deleted: bool) -> None:
         meta = obj["metadata"]
