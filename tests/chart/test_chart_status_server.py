@@ -45,12 +45,13 @@ def test_gate_on_exposes_the_status_server_through_the_service() -> None:
     assert server.advertised_url == f"https://{service['metadata']['name']}.{h.NAMESPACE}.svc:10443"
 
 
-def test_gate_on_grants_tokenreviews_and_pods_to_the_operator_only() -> None:
+def test_gate_on_grants_tokenreviews_pods_and_jobs_to_the_operator_only() -> None:
     objects = h.render(GATE)
     role = h.one(objects, "ClusterRole", "kubeflow-trainer-status-server")
     assert role["rules"] == [
         {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
         {"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]},
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
     ]
     binding = h.one(objects, "ClusterRoleBinding", "kubeflow-trainer-status-server")
     service_account = h.one(objects, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]

@@ -18,7 +18,10 @@ import requests
 
 from trainer.controller.client import ApiError
 from trainer.controller.status_server import (
+    MAX_REVIEWS,
+    REJECT_CACHE_SECONDS,
     AuthenticationError,
+    Busy,
     RateLimits,
     Server,
     TokenReviewAuthenticator,
@@ -351,12 +354,31 @@ class CannedClient:
         raise ApiError(404, {"reason": "NotFound"})
 
 
+def _controller(api_version: str, kind: str, name: str, uid: str) -> list[Obj]:
+    return [{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": True}]
+
+
 def world(
-    *, jobset_owner_uid: str = TRAINJOB_UID, pod_uid: str = "pod-uid", label: str | None = "job"
+    *,
+    jobset_owner_uid: str = TRAINJOB_UID,
+    pod_uid: str = "pod-uid",
+    pod_owner: str | None = "Job",
+    job_jobset_uid: str = "js-uid",
 ) -> dict[str, Obj]:
-    labels = {"jobset.sigs.k8s.io/jobset-name": label} if label else {}
+    # The owner chain, as the Job and JobSet controllers write it; the pod's labels say the same
+    # (anyone who creates a pod can write them): not read.
+    labels = {"jobset.sigs.k8s.io/jobset-name": "job", "jobset.sigs.k8s.io/jobset-uid": "js-uid"}
+    owners = _controller("batch/v1", pod_owner, "job-node-0", "job-uid") if pod_owner else []
     return {
-        "/api/v1/namespaces/team/pods/job-node-0-0-abcde": {"metadata": {"uid": pod_uid, "labels": labels}},
+        "/api/v1/namespaces/team/pods/job-node-0-0-abcde": {
+            "metadata": {"uid": pod_uid, "labels": labels, "ownerReferences": owners}
+        },
+        "/apis/batch/v1/namespaces/team/jobs/job-node-0": {
+            "metadata": {
+                "uid": "job-uid",
+                "ownerReferences": _controller("jobset.x-k8s.io/v1alpha2", "JobSet", "job", job_jobset_uid),
+            }
+        },
         "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainjobs/job": {
             "metadata": {"uid": TRAINJOB_UID}
         },
@@ -391,7 +413,9 @@ def world(
         (world(), reviewed(user="alice"), False),
         (world(), reviewed(pod=None), False),  # a token bound to no pod
         (world(pod_uid="another-pod"), reviewed(), False),  # the pod was replaced by one of that name
-        (world(label=None), reviewed(), False),  # a pod of no JobSet
+        (world(pod_owner=None), reviewed(), False),  # a pod of no Job, whatever its labels say
+        (world(pod_owner="ReplicaSet"), reviewed(), False),  # a pod of something else, labelled as ours
+        (world(job_jobset_uid="an-earlier-jobset"), reviewed(), False),  # a Job of another JobSet
         (world(jobset_owner_uid="an-earlier-trainjob"), reviewed(), False),  # a JobSet of another TrainJob
         ({}, reviewed(), False),  # the pod is gone
     ],
@@ -417,9 +441,9 @@ def test_an_accepted_token_is_kept_a_minute_at_most_and_never_past_its_expiry() 
     def check() -> bool:
         return asyncio.run(authenticator.authenticate(token, "team", "job"))
 
-    assert check() and len(client.requests) == 4  # review, pod, TrainJob, JobSet
+    assert check() and len(client.requests) == 5  # review, pod, Job, TrainJob, JobSet
     now[0] = 1029.0
-    assert check() and len(client.requests) == 4
+    assert check() and len(client.requests) == 5
     now[0] = 1031.0
     client.review = reviewed(authenticated=False)  # the API server now says expired
     assert not check()
@@ -472,3 +496,51 @@ def test_the_ca_comes_from_the_certificate_secret_or_the_certificate_directory(t
     (tmp_path / "ca.crt").write_text(pem + pem)
     assert asyncio.run(refresh_facts(facts, url, CertificateAuthority(cert_dir=tmp_path)))
     assert facts.status_server.ca_cert == pem + pem
+
+
+def test_a_refused_token_is_refused_again_without_asking_for_a_while() -> None:
+    now = [1000.0]
+    client = CannedClient(world(), reviewed(authenticated=False))
+    authenticator = TokenReviewAuthenticator(client, Facts(), clock=lambda: now[0])  # type: ignore[arg-type]
+
+    def check() -> bool:
+        return asyncio.run(authenticator.authenticate("junk", "team", "job"))
+
+    assert not check() and len(client.requests) == 1
+    now[0] = 1000.0 + REJECT_CACHE_SECONDS - 1
+    assert not check() and len(client.requests) == 1, "junk costs the API server nothing more"
+    now[0] = 1000.0 + REJECT_CACHE_SECONDS + 1
+    client.review = reviewed()
+    assert check(), "a token refused once may be good later (its pod had not started yet)"
+
+
+def test_token_reviews_under_way_are_bounded_and_one_more_is_busy() -> None:
+    release = asyncio.Event()
+
+    class Slow(CannedClient):
+        async def request(self, method: str, path: str, body: Obj | None = None, **kwargs: Any) -> Obj:
+            if method == "POST":
+                await release.wait()
+            return await super().request(method, path, body, **kwargs)
+
+    async def main() -> None:
+        authenticator = TokenReviewAuthenticator(Slow(world(), reviewed()), Facts())  # type: ignore[arg-type]
+        waiting = [
+            asyncio.create_task(authenticator.authenticate(f"token-{i}", "team", "job"))
+            for i in range(MAX_REVIEWS)
+        ]
+        await asyncio.sleep(0.01)
+        with pytest.raises(Busy):
+            await authenticator.authenticate("one-more", "team", "job")
+        release.set()
+        assert all(await asyncio.gather(*waiting))
+        assert await authenticator.authenticate("one-more", "team", "job"), "room again"
+
+    asyncio.run(main())
+
+
+def test_one_client_address_is_limited_before_its_token_is_looked_at(harness: Harness) -> None:
+    harness.server.client_limits = RateLimits(qps=0.001, burst=3)
+    codes = [harness.post(progress(), token="junk").status_code for _ in range(5)]
+    assert codes == [403, 403, 403, 429, 429]
+    assert len(harness.auth.calls) == 3, "the limited requests reached no TokenReview"

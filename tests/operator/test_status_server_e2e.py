@@ -285,4 +285,6 @@ def test_the_sdk_reports_progress_that_kubectl_shows_and_every_stranger_is_refus
     # (kopf lists namespaces only when it serves some, as here; the chart's operator serves all.)
     calls = [r for r in real.audit_since(mark) if r.user == OPERATOR_USER and r.resource != "namespaces"]
     assert not [r for r in calls if r.status == 403], [f"{r.verb} {r.path}" for r in calls if r.status == 403]
-    assert {("create", "tokenreviews"), ("get", "pods")} <= {(r.verb, r.resource) for r in calls}
+    assert {("create", "tokenreviews"), ("get", "pods"), ("get", "jobs")} <= {
+        (r.verb, r.resource) for r in calls
+    }

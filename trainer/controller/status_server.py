@@ -8,17 +8,19 @@ Each request is taken in a fixed order, every refusal a JSON ``metav1.Status``:
 
 1. a declared body over 64 KiB: 413, whatever the path;
 2. any other method or path: 404;
-3. the bearer token: 403 unless it is a service-account token for this TrainJob's audience, of
-   this namespace, bound to a pod of this TrainJob (``TokenReviewAuthenticator``); 500 when the
-   API server cannot tell;
-4. more than this TrainJob's share of requests: 429 (ours);
-5. a body that is not the request's JSON: 422;
-6. no ``trainerStatus``: 200, the request echoed, nothing written;
-7. a server-side apply of ``status.trainerStatus`` alone on the status subresource, field manager
+3. more than one client address's share of requests: 429 (ours), before any token is looked at;
+4. the bearer token: 403 unless it is a service-account token for this TrainJob's audience, of
+   this namespace, bound to a pod of this TrainJob (``TokenReviewAuthenticator``); a token refused
+   in the last 10 s is refused again without asking; 429 when as many TokenReviews as the server
+   makes at once are under way; 500 when the API server cannot tell;
+5. more than this TrainJob's share of requests: 429 (ours);
+6. a body that is not the request's JSON: 422;
+7. no ``trainerStatus``: 200, the request echoed, nothing written;
+8. a server-side apply of ``status.trainerStatus`` alone on the status subresource, field manager
    ``trainer-status``, forced: 200 with the request echoed, or the API server's refusal (422, 404).
 
 Requests it makes, with an API client of its own (``statusServer.qps``/``burst``): ``create``
-TokenReviews, ``get`` pods, the status writes, and a LIST by name of a JobSet or TrainJob its
+TokenReviews, ``get`` pods and their Jobs, the status writes, and a LIST by name of a JobSet or TrainJob its
 replica's cache does not hold yet.
 """
 
@@ -34,7 +36,7 @@ import logging
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -71,15 +73,26 @@ PER_TRAINJOB_QPS = 1.0
 # A token the API server accepted for a TrainJob is taken again without asking it for this long
 # (and never past the token's own expiry): each update then costs one request, the write.
 AUTH_CACHE_SECONDS = 60.0
+# One refused is refused again without asking for this long: junk costs the API server nothing.
+REJECT_CACHE_SECONDS = 10.0
+# TokenReviews under way at once; a request that would be one more is answered 429 at once
+# rather than queued behind the client's budget (400 junk requests once held a real report 73 s).
+MAX_REVIEWS = 8
+# Each client address may send this many requests at once, and this many a second after that,
+# before anything about its token is asked (a pod's SDK sends one every 5 s at most).
+PER_CLIENT_BURST = 20
+PER_CLIENT_QPS = 2.0
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-JOBSET_UID_LABEL = "jobset.sigs.k8s.io/jobset-uid"
 
 
 class AuthenticationError(Exception):
     """The API server could not say whether a token is good (not a refusal: a 500)."""
+
+
+class Busy(Exception):
+    """As many TokenReviews as the server makes at once are under way (a 429)."""
 
 
 class Authenticator(Protocol):
@@ -175,7 +188,8 @@ def decode_request(raw: bytes) -> Obj:
 
 
 class RateLimits:
-    """A token bucket per TrainJob (ours): one TrainJob's pods cannot take the server's client."""
+    """A token bucket per key (ours): per TrainJob, so one TrainJob's pods cannot take the server's
+    client; per client address, so one caller cannot make the server ask about junk tokens."""
 
     def __init__(
         self,
@@ -184,9 +198,9 @@ class RateLimits:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.qps, self.burst, self.clock = qps, burst, clock
-        self._buckets: dict[tuple[str, str], tuple[float, float]] = {}  # key -> (tokens, when)
+        self._buckets: dict[Hashable, tuple[float, float]] = {}  # key -> (tokens, when)
 
-    def allow(self, key: tuple[str, str]) -> bool:
+    def allow(self, key: Hashable) -> bool:
         now = self.clock()
         tokens, when = self._buckets.get(key, (float(self.burst), now))
         tokens = min(float(self.burst), tokens + (now - when) * self.qps)
@@ -199,7 +213,7 @@ class RateLimits:
         self._buckets[key] = (tokens - 1.0, now)
         return True
 
-    def retry_after(self, key: tuple[str, str]) -> int:
+    def retry_after(self, key: Hashable) -> int:
         tokens, _ = self._buckets.get(key, (0.0, 0.0))
         return max(1, int((1.0 - tokens) / self.qps + 0.999))
 
@@ -220,6 +234,7 @@ class Server:
         host: str = "0.0.0.0",
         port: int = c.STATUS_SERVER_PORT,
         limits: RateLimits | None = None,
+        client_limits: RateLimits | None = None,
     ) -> None:
         self.authenticator = authenticator
         self.write = write
@@ -227,6 +242,7 @@ class Server:
         self.host = host
         self.port = port
         self.limits = limits or RateLimits()
+        self.client_limits = client_limits or RateLimits(qps=PER_CLIENT_QPS, burst=PER_CLIENT_BURST)
         self._server: GuardedServer | None = None
 
     def app(self) -> web.Application:
@@ -283,18 +299,21 @@ class Server:
         if request.method != "POST" or route is None:
             return status_error(404, "NotFound", "Not found")
         namespace, name = route.group(1), route.group(2)
+        client = request.remote or ""
+        if not self.client_limits.allow(client):
+            return _too_many(self.client_limits.retry_after(client))
         token = _bearer(request.headers.get("Authorization", ""))
         try:
             allowed = token is not None and await self.authenticator.authenticate(token, namespace, name)
+        except Busy:
+            return _too_many(1)
         except AuthenticationError as exc:
             logger.warning("status server: cannot authenticate a request for %s/%s: %s", namespace, name, exc)
             return status_error(500, "InternalError", "Internal error")
         if not allowed:
             return status_error(403, "Forbidden", "Forbidden")
         if not self.limits.allow((namespace, name)):
-            response = status_error(429, "TooManyRequests", "Too many requests")
-            response.headers["Retry-After"] = str(self.limits.retry_after((namespace, name)))
-            return response
+            return _too_many(self.limits.retry_after((namespace, name)))
         try:
             decoded = decode_request(await read_body(request, LIMITS))
         except (InvalidRequest, BodyTooLarge, TimeoutError):
@@ -312,6 +331,12 @@ class Server:
             logger.warning("status server: writing %s/%s: %s", namespace, name, exc)
             return status_error(500, "InternalError", "Internal error")
         return web.json_response(decoded)
+
+
+def _too_many(retry_after: int) -> web.Response:
+    response = status_error(429, "TooManyRequests", "Too many requests")
+    response.headers["Retry-After"] = str(retry_after)
+    return response
 
 
 def _bearer(header: str) -> str | None:
@@ -361,8 +386,9 @@ class TokenReviewAuthenticator:
     The API server reviews the token for the TrainJob's own audience (signature, expiry, audience,
     and that the pod it is bound to still exists); the token's service account must be of the
     TrainJob's namespace, as upstream requires; and, ours, the pod it is bound to must be one of
-    this TrainJob's: its JobSet (the pod's label, and the pod's uid the token's) is controlled by
-    the TrainJob with the uid the TrainJob has now.
+    this TrainJob's, by its owner chain, not its labels (which whoever creates a pod sets): the
+    pod's controller is a Job (the pod's uid the token's), whose controller is a JobSet, with that
+    uid, controlled by the TrainJob with the uid the TrainJob has now.
     """
 
     def __init__(self, client: ApiClient, facts: Facts, clock: Callable[[], float] = time.time) -> None:
@@ -370,6 +396,8 @@ class TokenReviewAuthenticator:
         self.facts = facts
         self.clock = clock
         self._accepted: dict[tuple[str, str, str], float] = {}  # (token digest, ns, name) -> until
+        self._rejected: dict[tuple[str, str, str], float] = {}
+        self._reviews = 0  # under way
 
     async def authenticate(self, token: str, namespace: str, name: str) -> bool:
         key = (hashlib.sha256(token.encode()).hexdigest(), namespace, name)
@@ -378,7 +406,20 @@ class TokenReviewAuthenticator:
         if until is not None and now < until:
             return True
         self._accepted.pop(key, None)
-        if not await self._review(token, namespace, name):
+        refused_until = self._rejected.get(key)
+        if refused_until is not None and now < refused_until:
+            return False
+        if self._reviews >= MAX_REVIEWS:
+            raise Busy()
+        self._reviews += 1
+        try:
+            good = await self._review(token, namespace, name)
+        finally:
+            self._reviews -= 1
+        if not good:
+            if len(self._rejected) > 4096:
+                self._rejected = {k: v for k, v in self._rejected.items() if v > now}
+            self._rejected[key] = now + REJECT_CACHE_SECONDS
             return False
         expiry = _token_expiry(token)
         if len(self._accepted) > 4096:
@@ -416,10 +457,16 @@ class TokenReviewAuthenticator:
         pod = await self._get(f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
         if pod is None or pod["metadata"].get("uid") != pod_uid:
             return False
-        labels = pod["metadata"].get("labels") or {}
-        jobset_name = labels.get(JOBSET_NAME_LABEL)
-        if not jobset_name:
+        job_ref = _controller(pod, "Job", "batch/")
+        if job_ref is None:
             return False
+        job = await self._get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_ref['name']}")
+        if job is None or job["metadata"].get("uid") != job_ref.get("uid"):
+            return False
+        jobset_ref = _controller(job, c.JOBSET_KIND, c.JOBSET_GROUP + "/")
+        if jobset_ref is None:
+            return False
+        jobset_name = str(jobset_ref["name"])
         # From this replica's cache; one it does not hold yet (a watch running behind) is read by
         # name with a LIST, the rights the operator already holds.
         trainjob = self.facts.get(c.TRAINJOB_KIND, namespace, name, group=c.GROUP)
@@ -432,8 +479,7 @@ class TokenReviewAuthenticator:
             )
         if trainjob is None or jobset is None or not controlled_by(jobset, trainjob):
             return False
-        pod_jobset_uid = labels.get(JOBSET_UID_LABEL)
-        return pod_jobset_uid is None or pod_jobset_uid == jobset["metadata"].get("uid")
+        return bool(jobset["metadata"].get("uid") == jobset_ref.get("uid"))
 
     async def _named(self, collection: str, name: str) -> Obj | None:
         try:
@@ -452,6 +498,16 @@ class TokenReviewAuthenticator:
             if exc.code == 404:
                 return None
             raise AuthenticationError(str(exc)) from exc
+
+
+def _controller(obj: Obj, kind: str, api_prefix: str) -> Obj | None:
+    """``obj``'s controller ownerReference when it is a ``kind`` of that API group, else None."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True:
+            found: Obj = ref
+            ok = ref.get("kind") == kind and str(ref.get("apiVersion", "")).startswith(api_prefix)
+            return found if ok and ref.get("name") else None
+    return None
 
 
 # --- the CA the pods are given --------------------------------------------------------------------
