@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import logging
+
+import pytest
 
 from trainer.controller.main import RefusalsAreNotErrors, liveness_endpoint
 
@@ -18,11 +21,53 @@ def _record(message: str, exc: Exception | None = None) -> logging.LogRecord:
     return logging.LogRecord("kopf.objects", logging.ERROR, __file__, 1, message, (), exc_info)
 
 
-def test_webhook_refusals_are_info_other_errors_stay_errors() -> None:
-    # What kopf logs when our validating handler raises kopf.AdmissionError (a PermanentError).
+def test_kopfs_words_for_a_refusal_are_debug_other_errors_stay_errors() -> None:
+    # What kopf logs when our validating handler raises kopf.AdmissionError (a PermanentError):
+    # our validator logs the refusal itself, naming the object; kopf's line is for -vv only.
     refusal = _record("Webhook 'validator.trainjob' failed permanently: spec.trainer.env: reserved")
-    assert RefusalsAreNotErrors().filter(refusal) and refusal.levelno == logging.INFO
+    assert not RefusalsAreNotErrors().filter(refusal) and refusal.levelno == logging.DEBUG
     crash = _record("Webhook 'validator.trainjob' failed with an exception. Will ignore.", KeyError("boom"))
     assert RefusalsAreNotErrors().filter(crash) and crash.levelno == logging.ERROR
     other = _record("Handler 'trainjobs' failed permanently: boom")
     assert RefusalsAreNotErrors().filter(other) and other.levelno == logging.ERROR
+
+
+def test_log_lines_have_rfc3339_times_and_name_their_object(capsys: pytest.CaptureFixture[str]) -> None:
+    """JSON lines carry a time log pipelines parse (RFC 3339, UTC, milliseconds) and the object a
+    line is about as fields; plain lines the same time."""
+    from trainer.controller.events import Recorder
+    from trainer.controller.main import JsonFormatter, TextFormatter, rfc3339
+
+    assert rfc3339(0.25) == "1970-01-01T00:00:00.250Z"
+    trainjob = {"metadata": {"name": "mnist", "namespace": "team-a", "uid": "u-1"}}
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    keep, logger = Keep(), logging.getLogger("trainer.trainjob")
+    logger.addHandler(keep)
+    level, logger.level = logger.level, logging.INFO  # what `trainer run` sets (configure_logging)
+    try:
+        recorder = Recorder(client=None, capacity=1)  # type: ignore[arg-type]  # never started: queued only
+        recorder.record(trainjob, "Normal", "JobSetCreated", "Created JobSet mnist")
+        recorder.record(trainjob, "Warning", "TrainJobFailed", "key -----BEGIN EC PRIVATE KEY-----abc")
+    finally:
+        logger.removeHandler(keep)
+        logger.level = level
+    first, second = records
+    line = json.loads(JsonFormatter().format(first))
+    assert line["time"].endswith("Z") and len(line["time"]) == len("1970-01-01T00:00:00.250Z")
+    assert line["level"] == "info" and line["logger"] == "trainer.trainjob"
+    assert line["message"] == "TrainJob team-a/mnist: JobSetCreated: Created JobSet mnist"
+    assert {k: line[k] for k in ("kind", "namespace", "name", "uid", "reason")} == {
+        "kind": "TrainJob",
+        "namespace": "team-a",
+        "name": "mnist",
+        "uid": "u-1",
+        "reason": "JobSetCreated",
+    }
+    assert second.levelno == logging.WARNING and "PRIVATE KEY" not in second.getMessage()
+    text = TextFormatter().format(first)
+    assert text.startswith(rfc3339(first.created) + " INFO    trainer.trainjob: TrainJob team-a/mnist")

@@ -8,6 +8,7 @@ requests here go through kopf's own admission entry point, as its webhook server
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -125,3 +126,17 @@ def test_the_validator_leaves_the_schema_and_cel_to_the_api_server() -> None:
     response = asyncio.run(_review(operator, reserved))
     assert response["response"]["allowed"] is False, response
     assert "PET_NODE_RANK" in response["response"]["status"]["message"], response
+
+
+def test_a_refusal_is_logged_once_naming_the_object(caplog: pytest.LogCaptureFixture) -> None:
+    """kopf's own line said only "Webhook 'validator.trainjob' failed permanently": ours names the
+    object, its kind and uid, as fields too (docs/configuration.md, "Logs")."""
+    operator = Operator(Configuration())
+    refused: Obj = {**TRAINJOB, "spec": {"runtimeRef": {"name": "no-such-runtime"}}}
+    with caplog.at_level(logging.INFO, logger="trainer.webhooks"):
+        response = asyncio.run(_review(operator, refused))
+    assert response["response"]["allowed"] is False
+    (line,) = [r for r in caplog.records if r.name == "trainer.webhooks"]
+    assert line.getMessage().startswith("refused TrainJob default/tj: ")
+    assert "no-such-runtime" in line.getMessage()
+    assert (line.__dict__["object_uid"], line.__dict__["object_reason"]) == ("u-1", "Refused")

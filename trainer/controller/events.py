@@ -16,6 +16,22 @@ from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.resources import EVENTS
 
 logger = logging.getLogger("trainer.controller")
+transitions = logging.getLogger("trainer.trainjob")
+
+
+def object_fields(obj: Obj, reason: str | None = None) -> dict[str, str]:
+    """A log record's ``extra`` naming ``obj`` (trainer/controller/main.py's OBJECT_FIELDS)."""
+    meta = obj.get("metadata") or {}
+    fields = {
+        "object_kind": str(obj.get("kind") or ""),
+        "object_namespace": str(meta.get("namespace") or ""),
+        "object_name": str(meta.get("name") or ""),
+        "object_uid": str(meta.get("uid") or ""),
+    }
+    if reason is not None:
+        fields["object_reason"] = reason
+    return fields
+
 
 MAX_MESSAGE = 1024
 COMPONENT = "trainer-operator"
@@ -101,6 +117,18 @@ class Recorder:
             logger.info("no longer leading: dropped %d queued event(s)", dropped)
 
     def record(self, trainjob: Obj, type_: str, reason: str, message: str) -> None:
+        # Each Event is one log line too, at INFO whatever this replica's role: what happened to a
+        # TrainJob is in the logs even where Events have expired (an hour by default).
+        meta = trainjob.get("metadata") or {}
+        transitions.log(
+            logging.WARNING if type_ == "Warning" else logging.INFO,
+            "TrainJob %s/%s: %s: %s",
+            meta.get("namespace"),
+            meta.get("name"),
+            reason,
+            scrub(message),
+            extra=object_fields({**trainjob, "kind": "TrainJob"}, reason),
+        )
         try:
             self.queue.put_nowait(event_for(trainjob, type_, reason, message))
         except asyncio.QueueFull:

@@ -4,31 +4,55 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
 import logging
 import signal
 import sys
 
+# What a line may carry about the object it is about, as fields of their own (JSON): set through
+# ``extra=`` as ``object_<field>`` (a LogRecord has a ``name`` of its own), written as ``<field>``
+# (trainer.controller.events.object_fields).
+OBJECT_FIELDS = ("kind", "namespace", "name", "uid", "reason")
+
+
+def rfc3339(created: float) -> str:
+    """A record's time in RFC 3339, UTC, to the millisecond: what log pipelines parse unaided."""
+    moment = datetime.datetime.fromtimestamp(created, datetime.UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, str] = {
-            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "time": rfc3339(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        for key in OBJECT_FIELDS:
+            value = record.__dict__.get(f"object_{key}")
+            if value is not None:
+                out[key] = str(value)
         if record.exc_info:
             out["error"] = self.formatException(record.exc_info)
         return json.dumps(out)
 
 
+class TextFormatter(logging.Formatter):
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s")
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        return rfc3339(record.created)
+
+
 def configure_logging(fmt: str, verbosity: int) -> None:
+    """The levels (docs/configuration.md, "Logs"): by default, one INFO line per TrainJob
+    transition and per refusal, and warnings; ``-v``, every reconcile, watch and write of ours;
+    ``-vv``, kopf's and the HTTP libraries' debug lines too."""
     handler = logging.StreamHandler(sys.stderr)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbosity > 1 else logging.INFO if verbosity == 1 else logging.WARNING)
@@ -52,7 +76,9 @@ class RefusalsAreNotErrors(logging.Filter):
             and refusal
             and not record.exc_info
         ):
-            record.levelno, record.levelname = logging.INFO, "INFO"
+            # Our validator logs each refusal itself, naming the object (controller/webhooks.py).
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            return logging.getLogger().isEnabledFor(logging.DEBUG)
         return True
 
 

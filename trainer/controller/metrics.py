@@ -19,7 +19,7 @@ LIMITS = Limits(
     max_connections=16, head_seconds=10.0, idle_seconds=120.0, body_seconds=10.0, max_body=0, max_in_flight=4
 )
 
-FRAMEWORKS = ("torch", "deepspeed", "mlx", "jax", "xgboost", "torchtune", "flux", "unknown")
+FRAMEWORKS = ("torch", "deepspeed", "mlx", "jax", "xgboost", "torchtune", "flux", "unknown", "other")
 
 
 class Metrics:
@@ -77,4 +77,8 @@ class Metrics:
 
 
 def framework_of(label: str | None) -> str:
-    return label or "unknown"
+    """The ``framework`` label value: one of FRAMEWORKS, whatever a runtime author wrote (a label
+    takes any value, and each new one would be a new series for as long as the process lives)."""
+    if not label:
+        return "unknown"
+    return label if label in FRAMEWORKS else "other"

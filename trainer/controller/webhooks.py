@@ -9,6 +9,7 @@ server, its certificate and the configurations it manages are the process's
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from typing import cast
 
@@ -17,9 +18,12 @@ import kopf
 from trainer.api.objects import Obj
 from trainer.apimachinery.errors import AdmissionError
 from trainer.controller.cache import Cache
+from trainer.controller.events import object_fields, scrub
 from trainer.controller.reconciler import utc_now
 from trainer.controller.resources import OWN
 from trainer.runtime import framework as fw
+
+logger = logging.getLogger("trainer.webhooks")
 
 
 @dataclass
@@ -44,7 +48,17 @@ class Webhooks:
             )
         except AdmissionError as exc:
             warnings.extend(exc.warnings)
-            raise kopf.AdmissionError(_admission_message(exc), code=403) from exc
+            message = _admission_message(exc)
+            meta = obj.get("metadata") or {}
+            logger.info(
+                "refused %s %s/%s: %s",
+                obj.get("kind"),
+                meta.get("namespace") or "",
+                meta.get("name") or meta.get("generateName") or "",
+                scrub(message),
+                extra=object_fields(obj, "Refused"),
+            )
+            raise kopf.AdmissionError(message, code=403) from exc
         warnings.extend(found)
 
     def default(self, body: kopf.Body, old: kopf.Body | None, patch: kopf.Patch) -> None:
