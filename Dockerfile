@@ -20,6 +20,10 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python -m venv /opt/trainer
 
 WORKDIR /src
+# The dependencies first, each pinned with its hashes: pip refuses any file that differs from what
+# was locked (requirements.lock says how to regenerate it).
+COPY requirements.lock ./
+RUN /opt/trainer/bin/pip install --no-cache-dir --require-hashes --no-deps -r requirements.lock
 # Only what the package is built from (see .dockerignore).
 COPY pyproject.toml README.md ./
 COPY trainer/ trainer/
@@ -27,7 +31,9 @@ COPY plugins/ plugins/
 COPY runtimes/ runtimes/
 COPY crds/ crds/
 COPY examples/ examples/
-RUN /opt/trainer/bin/pip install --no-cache-dir . \
+# The project itself, with no dependency resolved here; then no installer is left in the venv.
+RUN /opt/trainer/bin/pip install --no-cache-dir --no-deps . \
+    && /opt/trainer/bin/pip uninstall -y setuptools pip \
     && /opt/trainer/bin/python -m compileall -q /opt/trainer/lib
 
 # Run stage: the interpreter, the virtual environment, and nothing to build with.
@@ -44,6 +50,10 @@ ENV PATH=/opt/trainer/bin:$PATH \
     HOME=/tmp
 
 COPY --from=build /opt/trainer /opt/trainer
+# No installer at run time: the base's pip (and the setuptools and wheel some bases carry) go.
+# A base without pip has nothing to remove.
+RUN (python -m pip uninstall -y pip setuptools wheel >/dev/null 2>&1 || true) \
+    && ! python -m pip --version >/dev/null 2>&1
 
 # A numeric user, so that Kubernetes can check runAsNonRoot.
 USER 65532:65532

@@ -156,3 +156,46 @@ def test_the_images_command_runs_and_says_what_is_missing(tmp_path: Path) -> Non
         [str(program), "run", "--help"], env=env, capture_output=True, text=True, timeout=60
     )
     assert help_text.returncode == 0 and "--config" in help_text.stdout
+
+
+def locked() -> dict[str, tuple[str, list[str]]]:
+    """requirements.lock: name -> (version, hashes)."""
+    found: dict[str, tuple[str, list[str]]] = {}
+    current = ""
+    for raw in (h.ROOT / "requirements.lock").read_text().splitlines():
+        line = raw.strip().rstrip("\\").strip()
+        pinned = re.fullmatch(r"([A-Za-z0-9_.-]+)==([^\s;]+)", line)
+        if pinned:
+            current = pinned.group(1).lower().replace("_", "-")
+            found[current] = (pinned.group(2), [])
+        elif line.startswith("--hash=sha256:") and current:
+            found[current][1].append(line.removeprefix("--hash=sha256:"))
+    return found
+
+
+def test_dependencies_are_installed_from_a_lock_with_hashes_and_no_pip_is_left() -> None:
+    """The image's dependencies are the locked files, each checked by its hash, never what an
+    index resolves on the day; and nothing in the final image can install more."""
+    from packaging.requirements import Requirement
+
+    lock = locked()
+    assert lock and all(
+        hashes and all(re.fullmatch(r"[0-9a-f]{64}", x) for x in hashes) for _, hashes in lock.values()
+    )
+    for spec in tomllib.loads((h.ROOT / "pyproject.toml").read_text())["project"]["dependencies"]:
+        requirement = Requirement(spec)
+        name = requirement.name.lower().replace("_", "-")
+        assert name in lock, f"{name} is not in requirements.lock: regenerate it (see its header)"
+        assert requirement.specifier.contains(lock[name][0]), (
+            f"{name}=={lock[name][0]} is not {requirement.specifier}"
+        )
+    runs = [args for word, args in instructions() if word == "RUN"]
+    install = next(args for args in runs if "requirements.lock" in args)
+    assert "--require-hashes" in install and "--no-deps" in install
+    project = next(args for args in runs if "pip install" in args and " . " in f"{args} ")
+    assert "--no-deps" in project, "the project adds no dependency the lock does not hold"
+    assert "pip uninstall -y setuptools pip" in project, "the venv carries no pip (nor setuptools)"
+    final_runs = [args for word, args in final_stage() if word == "RUN"]
+    assert any("pip uninstall" in args and "! python -m pip --version" in args for args in final_runs), (
+        "the run stage removes the base's pip, and the build fails if one is left"
+    )

@@ -27,6 +27,7 @@ CONTEXT = (
     "Dockerfile",
     ".dockerignore",
     "pyproject.toml",
+    "requirements.lock",
     "README.md",
     "trainer",
     "plugins",
