@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,7 @@ TOGGLES: dict[str, Obj] = {
     "cert-manager-issuer": {
         "certManager": {"enabled": True, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}
     },
+    "grafana-dashboard": {"grafanaDashboard": {"enabled": True, "namespace": "monitoring"}},
     "service-monitor": {
         "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "30s"}
     },
@@ -919,3 +921,47 @@ def test_the_admission_policy_can_be_turned_off() -> None:
     assert not h.find(off, "ValidatingAdmissionPolicy") and not h.find(
         off, "ValidatingAdmissionPolicyBinding"
     )
+
+
+# --- the Grafana dashboard (docs/security.md, finding 12) ---------------------------------------
+
+
+def test_the_grafana_dashboard_reads_only_metrics_the_operator_exports() -> None:
+    """Every series the dashboard queries is one the operator's registry holds (a renamed metric
+    would leave an empty panel nobody notices), and the ConfigMap is what Grafana's sidecar loads."""
+    from prometheus_client import generate_latest
+
+    from trainer.controller.metrics import Metrics
+
+    assert not h.find(h.render(), "ConfigMap", "kubeflow-trainer-grafana-dashboard"), "off by default"
+    objects = h.render({"grafanaDashboard": {"enabled": True}})
+    configmap = h.one(objects, "ConfigMap", "kubeflow-trainer-grafana-dashboard")
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(configmap["data"]["kubeflow-trainer.json"])
+    assert dashboard == json.loads((h.CHART / "dashboards" / "kubeflow-trainer.json").read_text())
+
+    metrics = Metrics()
+    metrics.api_request("GET", "api", 200, 0.01)
+    metrics.wq_depth.labels(controller="trainjob", name="trainjob").set(0)
+    metrics.wq_queue_seconds.labels(controller="trainjob", name="trainjob").observe(0)
+    metrics.wq_work_seconds.labels(controller="trainjob", name="trainjob").observe(0)
+    metrics.wq_adds.labels(controller="trainjob", name="trainjob").inc()
+    metrics.wq_retries.labels(controller="trainjob", name="trainjob").inc()
+    metrics.cr_reconciles.labels(controller="trainjob", result="success").inc()
+    metrics.cr_time.labels(controller="trainjob").observe(0.1)
+    metrics.leader.labels(name="trainer.kubeflow.org").set(1)
+    exported = {
+        line.split("{")[0].split(" ")[0]
+        for line in generate_latest(metrics.registry).decode().splitlines()
+        if line and not line.startswith("#")
+    }
+    queried = {
+        name
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for name in re.findall(
+            r"\b([a-z_]+(?:_total|_bucket|_bytes|_fds|_status|_depth|_seconds))\b", target["expr"]
+        )
+    }
+    assert len(dashboard["panels"]) >= 10 and queried
+    assert queried <= exported, f"queried but never exported: {sorted(queried - exported)}"

@@ -124,8 +124,8 @@ def test_metrics_count_by_framework(cluster: Cluster, operator: EmbeddedOperator
     wait_for(lambda: conditions(cluster, "counted").get("Complete", ("",))[0] == "True", what="Complete")
     registry = operator.operator.metrics.registry
 
-    def value(name: str, **labels: str) -> float:
-        return registry.get_sample_value(name, labels) or 0.0
+    def value(metric: str, **labels: str) -> float:
+        return registry.get_sample_value(metric, labels) or 0.0
 
     wait_for(
         lambda: value("trainer_trainjobs_completed_total", framework="torch") == 1,
@@ -137,3 +137,25 @@ def test_metrics_count_by_framework(cluster: Cluster, operator: EmbeddedOperator
     )
     assert value("trainer_trainjob_creation_to_jobset_seconds_count") == 1
     assert value("trainer_reconcile_total", result="success") >= 2
+    # What any controller-runtime operator exports, under the same names (docs/configuration.md,
+    # "Metrics"): the process, the work queue, the reconciles, and the API client by code.
+    trainjob_controller = {"controller": "trainjob"}
+    queue = {"controller": "trainjob", "name": "trainjob"}
+    assert (value("process_resident_memory_bytes") or 0) > 10 * 2**20
+    assert value("process_open_fds") > 0 and value("process_cpu_seconds_total") > 0
+    assert value("workqueue_adds_total", **queue) >= 2
+    assert value("workqueue_queue_duration_seconds_count", **queue) >= 2
+    assert value("workqueue_work_duration_seconds_count", **queue) >= 2
+    assert value("workqueue_depth", **queue) == 0
+    assert value("controller_runtime_reconcile_total", result="success", **trainjob_controller) >= 2
+    assert value("controller_runtime_reconcile_time_seconds_count", **trainjob_controller) >= 2
+    assert value("controller_runtime_max_concurrent_reconciles", **trainjob_controller) == 4
+    assert value("controller_runtime_active_workers", **trainjob_controller) == 0
+    codes = {
+        (s.labels["method"], s.labels["code"])
+        for m in registry.collect()
+        if m.name == "rest_client_requests"
+        for s in m.samples
+        if s.name == "rest_client_requests_total" and s.value > 0
+    }
+    assert {("POST", "201"), ("PATCH", "200")} <= codes, codes

@@ -17,6 +17,7 @@ import itertools
 import json
 import ssl
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -187,6 +188,9 @@ class ApiClient:
         self.proxy = proxy  # an http:// proxy (a kubeconfig's proxy-url)
         self.limiter = RateLimiter(qps, burst)
         self.retries = retries
+        # Told of every attempt: (method, host, status code or None, seconds); the operator's
+        # metrics (rest_client_requests_total, rest_client_request_duration_seconds).
+        self.observer: Callable[[str, str, int | None, float], None] | None = None
         self._session: aiohttp.ClientSession | None = None
         self.requests = 0
 
@@ -305,6 +309,7 @@ class ApiClient:
                 await self.limiter.acquire(priority)
             self.before_sending(method, path)
             self.requests += 1
+            sent_at = time.monotonic()
             try:
                 async with session.request(
                     method,
@@ -317,6 +322,7 @@ class ApiClient:
                 ) as response:
                     # The status first: a proxy in front of the API server (a load balancer, an
                     # ingress) answers 502, 503 and 504 with an HTML page of its own.
+                    self._observe(method, response.status, sent_at)
                     retry_after = response.headers.get("Retry-After")
                     if (response.status == 429 or response.status >= 500) and attempt < self.retries:
                         pause = float(retry_after) if retry_after and retry_after.isdigit() else delay
@@ -343,11 +349,16 @@ class ApiClient:
                     )
                     raise ApiError(response.status, status)
             except (TimeoutError, aiohttp.ClientConnectionError):
+                self._observe(method, None, sent_at)
                 if attempt >= self.retries:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 5.0)
         raise AssertionError("unreachable")
+
+    def _observe(self, method: str, code: int | None, sent_at: float) -> None:
+        if self.observer is not None:
+            self.observer(method, urllib.parse.urlsplit(self.server).netloc, code, time.monotonic() - sent_at)
 
     def before_sending(self, method: str, path: str) -> None:
         """Called as each attempt goes on the wire, after any wait for the budget or a retry's

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import kopf
@@ -37,7 +37,7 @@ from trainer.controller.config import Configuration, split_address
 from trainer.controller.credentials import Credentials, CredentialsError
 from trainer.controller.informer import Informer
 from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_wait
-from trainer.controller.metrics import Metrics
+from trainer.controller.metrics import CONTROLLER, Metrics
 from trainer.controller.reconciler import Reconciler, WorkQueue
 from trainer.controller.resources import CRDS, JOBSETS, Resources
 from trainer.controller.routing import Router
@@ -57,6 +57,9 @@ LOGIN_RETRY_SECONDS = 10  # kopf tries a failed login again after this long
 
 class StartupError(Exception):
     """The operator cannot run in this cluster as it is (a prerequisite is missing)."""
+
+
+C = TypeVar("C", bound=ApiClient)
 
 
 @dataclass
@@ -161,6 +164,13 @@ class Operator:
         self.resources = Resources.of(self.framework)
         self.router = Router(self.cache, self.queue, self.resources, self.namespaces)
         self.webhooks = Webhooks(self.cache, self.framework)
+        self.queue.metrics = self.metrics
+        self.metrics.cr_workers.labels(controller=CONTROLLER).set(self.config.controller.trainjob_workers)
+
+    def _observed(self, client: C) -> C:
+        """``client`` with its requests counted and timed in the operator's metrics."""
+        client.observer = self.metrics.api_request
+        return client
 
     # --- lifecycle ---
 
@@ -178,7 +188,7 @@ class Operator:
                 "to (no in-cluster ServiceAccount, no namespace in the kubeconfig context)"
             )
         budget = self.config.client_connection
-        client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        client = self._observed(ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst))
         informer = Informer(client, self.router.scopes(), self.router)
         try:
             await _check_prerequisites(client)
@@ -201,13 +211,15 @@ class Operator:
                 await client.close()
                 raise
         # Events get a client and budget of their own, as controller-runtime's recorder does.
-        events_client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        events_client = self._observed(
+            ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        )
         reconciler_client = client
         if elector is not None:
             # The reconciler and its Events write only through the fence (controller/leader.py);
             # the watches share the reconciler's budget, not its fence.
-            reconciler_client = FencedClient.behind(elector.fence, client)
-            events_client = FencedClient.behind(elector.fence, events_client)
+            reconciler_client = self._observed(FencedClient.behind(elector.fence, client))
+            events_client = self._observed(FencedClient.behind(elector.fence, events_client))
         recorder = events.Recorder(events_client)
         if elector is None:
             recorder.start()  # with leader election, it posts while this replica leads (below)
@@ -301,8 +313,8 @@ class Operator:
         namespace = certs_config.webhook_secret_namespace or default_namespace or "kubeflow-system"
         service = f"{certs_config.webhook_service_name}.{namespace}.svc"
         url = settings.advertised_url or f"https://{service}:{settings.port}"
-        client = running.status_client = ApiClient.from_credentials(
-            running.credentials, qps=settings.qps, burst=settings.burst
+        client = running.status_client = self._observed(
+            ApiClient.from_credentials(running.credentials, qps=settings.qps, burst=settings.burst)
         )
         if self.tls is not None:  # the webhooks' certificate, renewed in place in this context
             reloader = self.tls.reloader
@@ -340,7 +352,7 @@ class Operator:
         """
         election = self.config.leader_election
         budget = self.config.client_connection
-        client = ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst)
+        client = self._observed(ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst))
         client.retries = 0
         gauge = self.metrics.leader.labels(name=election.resource_name)
 

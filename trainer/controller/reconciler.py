@@ -21,7 +21,7 @@ from trainer.api.objects import Obj
 from trainer.controller import events
 from trainer.controller.cache import Cache, TrainJobKey
 from trainer.controller.client import ApiClient, ApiError, Throttled
-from trainer.controller.metrics import Metrics, framework_of
+from trainer.controller.metrics import CONTROLLER, Metrics, framework_of
 from trainer.controller.resources import Resources
 from trainer.controller.writer import StaleCache, Writer, WriteReport
 from trainer.runtime import conditions as cond
@@ -53,6 +53,10 @@ class WorkQueue:
     """Deduplicating queue with delayed adds and per-key backoff (client-go's workqueue, small)."""
 
     def __init__(self, base_delay: float = 0.5, max_delay: float = 60.0) -> None:
+        # client-go's workqueue metrics, when the operator gives its Metrics.
+        self.metrics: Metrics | None = None
+        self._queued_at: dict[TrainJobKey, float] = {}
+        self._started_at: dict[TrainJobKey, float] = {}
         self._queue: asyncio.Queue[TrainJobKey] = asyncio.Queue()
         self._dirty: set[TrainJobKey] = set()
         self._processing: set[TrainJobKey] = set()
@@ -65,8 +69,16 @@ class WorkQueue:
         if key in self._dirty:
             return
         self._dirty.add(key)
+        if self.metrics is not None:
+            self.metrics.wq_adds.labels(controller=CONTROLLER, name=CONTROLLER).inc()
         if key not in self._processing:
-            self._queue.put_nowait(key)
+            self._put(key)
+
+    def _put(self, key: TrainJobKey) -> None:
+        self._queue.put_nowait(key)
+        if self.metrics is not None:
+            self._queued_at.setdefault(key, time.monotonic())
+            self.metrics.wq_depth.labels(controller=CONTROLLER, name=CONTROLLER).set(self._queue.qsize())
 
     def add_after(self, key: TrainJobKey, delay: float) -> None:
         if delay <= 0:
@@ -85,6 +97,8 @@ class WorkQueue:
         self.add(key)
 
     def add_rate_limited(self, key: TrainJobKey) -> None:
+        if self.metrics is not None:
+            self.metrics.wq_retries.labels(controller=CONTROLLER, name=CONTROLLER).inc()
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
         self.add_after(key, min(self.max_delay, self.base_delay * (2**failures)))
@@ -96,12 +110,23 @@ class WorkQueue:
         key = await self._queue.get()
         self._dirty.discard(key)
         self._processing.add(key)
+        if self.metrics is not None:
+            now = time.monotonic()
+            labels = {"controller": CONTROLLER, "name": CONTROLLER}
+            self.metrics.wq_queue_seconds.labels(**labels).observe(now - self._queued_at.pop(key, now))
+            self.metrics.wq_depth.labels(**labels).set(self._queue.qsize())
+            self._started_at[key] = now
         return key
 
     def done(self, key: TrainJobKey) -> None:
         self._processing.discard(key)
+        started = self._started_at.pop(key, None)
+        if self.metrics is not None and started is not None:
+            self.metrics.wq_work_seconds.labels(controller=CONTROLLER, name=CONTROLLER).observe(
+                time.monotonic() - started
+            )
         if key in self._dirty:
-            self._queue.put_nowait(key)
+            self._put(key)
 
     def shutdown(self) -> None:
         for timer in self._timers.values():
@@ -151,11 +176,14 @@ class Reconciler:
 
     async def process(self, key: TrainJobKey) -> None:
         started = time.monotonic()
+        active = self.metrics.cr_active.labels(controller=CONTROLLER)
+        active.inc()
         try:
             requeue: Requeue = await self.reconcile(key)
         except StaleCache as exc:
             logger.debug("TrainJob %s/%s: %s", *key, exc)
             self.metrics.reconciles.labels(result="requeue").inc()
+            self.metrics.cr_reconciles.labels(controller=CONTROLLER, result="requeue").inc()
             self.queue.add_after(key, 0.5)
         except ApiError as exc:
             self._failed(key, f"the API server refused a write: {exc}")
@@ -164,6 +192,14 @@ class Reconciler:
             self._failed(key, f"{type(exc).__name__}: {exc}")
         else:
             self.metrics.reconciles.labels(result="success").inc()
+            result = (
+                "requeue_after"
+                if isinstance(requeue, After)
+                else "requeue"
+                if requeue is Next.BACKOFF
+                else "success"
+            )
+            self.metrics.cr_reconciles.labels(controller=CONTROLLER, result=result).inc()
             match requeue:
                 case Next.DONE:
                     self.queue.forget(key)
@@ -175,12 +211,17 @@ class Reconciler:
                 case _:
                     assert_never(requeue)
         finally:
-            self.metrics.reconcile_seconds.observe(time.monotonic() - started)
+            active.dec()
+            elapsed = time.monotonic() - started
+            self.metrics.reconcile_seconds.observe(elapsed)
+            self.metrics.cr_time.labels(controller=CONTROLLER).observe(elapsed)
 
     def _failed(self, key: TrainJobKey, message: str) -> None:
         logger.warning("TrainJob %s/%s: %s", key[0], key[1], events.scrub(message))
         self.metrics.reconciles.labels(result="error").inc()
         self.metrics.reconcile_errors.inc()
+        self.metrics.cr_reconciles.labels(controller=CONTROLLER, result="error").inc()
+        self.metrics.cr_errors.labels(controller=CONTROLLER).inc()
         self.queue.add_rate_limited(key)
 
     async def reconcile(self, key: TrainJobKey) -> Requeue:
