@@ -5,6 +5,7 @@ port takes a TLS connection and fails, turning the endpoint to 500, once it does
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import urllib.error
@@ -21,12 +22,9 @@ from trainer.controller import tls_certificates
 from trainer.controller.config import Configuration
 from trainer.controller.status_server import NotServing, Server
 
-# kopf answers a probe from results it keeps for 10 s.
-PROBE_CACHE_SECONDS = 10
-
 
 def health(url: str) -> tuple[int, Any]:
-    """The endpoint's answer, once it listens (kopf starts it beside the operator's start-up)."""
+    """The endpoint's answer, once it listens (it is up from before the operator's start-up)."""
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -57,9 +55,34 @@ def test_the_liveness_endpoint_follows_the_status_server(cluster: Cluster, opera
         running, loop = op.operator.running, op._loop
         assert running is not None and running.status_server is not None and loop is not None
         asyncio.run_coroutine_threadsafe(running.status_server.stop(), loop).result(10)
-        time.sleep(PROBE_CACHE_SECONDS + 0.5)
         code, _ = health(url)
         assert code == 500
+
+
+def test_the_health_port_is_guarded_like_every_other(cluster: Cluster, operator_kubeconfig: Path) -> None:
+    """The health port was kopf's own aiohttp server: no head deadline, no connection cap. It is
+    ours now (controller/serving.py): connections past its cap are refused at once, and one that
+    never sends a request is cut at the head deadline."""
+    import socket
+
+    from trainer.controller.operator import HEALTH_LIMITS
+
+    live = free_port()
+    url = f"http://127.0.0.1:{live}/healthz"
+    with EmbeddedOperator(
+        operator_kubeconfig, Configuration(), namespaces=[cluster.namespace], liveness_endpoint=url
+    ):
+        assert health(url) == (200, {})
+        held = [socket.create_connection(("127.0.0.1", live)) for _ in range(HEALTH_LIMITS.max_connections)]
+        time.sleep(0.2)
+        extra = socket.create_connection(("127.0.0.1", live))
+        extra.settimeout(2)
+        with contextlib.suppress(ConnectionResetError):  # refused at once: a reset, or an EOF
+            assert extra.recv(1) == b"", "refused at once"
+        for sock in [*held, extra]:
+            sock.close()
+        time.sleep(0.2)
+        assert health(url) == (200, {}), "room again once they are gone"
 
 
 def test_check_needs_a_tls_handshake(tmp_path: Path) -> None:

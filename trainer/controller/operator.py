@@ -20,6 +20,7 @@ import contextlib
 import logging
 import socket
 import tempfile
+import urllib.parse
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, TypeVar, cast
 from urllib.parse import urlsplit
 
 import kopf
+from aiohttp import web
 
 from trainer.api import constants as c
 from trainer.controller import events
@@ -41,7 +43,7 @@ from trainer.controller.metrics import CONTROLLER, Metrics
 from trainer.controller.reconciler import Reconciler, WorkQueue
 from trainer.controller.resources import CRDS, JOBSETS, Resources
 from trainer.controller.routing import Router
-from trainer.controller.serving import GuardedServer
+from trainer.controller.serving import GuardedServer, Limits
 from trainer.controller.status_server import NotServing
 from trainer.controller.status_server import Server as StatusServerApp
 from trainer.controller.tls_certificates import CertificateReloader, write_self_signed
@@ -60,6 +62,8 @@ class StartupError(Exception):
 
 
 C = TypeVar("C", bound=ApiClient)
+# The kubelet's probes: one request at a time, now and then.
+HEALTH_LIMITS = Limits(max_connections=16, head_seconds=10.0, idle_seconds=60.0, max_body=0, max_in_flight=4)
 
 
 @dataclass
@@ -416,21 +420,6 @@ class Operator:
             except (StartupError, CredentialsError) as exc:
                 raise kopf.TemporaryError(str(exc), delay=LOGIN_RETRY_SECONDS) from None
 
-        if c.FEATURE_TRAINJOB_STATUS in self.framework.enabled:
-
-            @on.probe(registry=registry, id="status-server")
-            async def _status_server_probe(**_: object) -> str:
-                # Upstream's status-server-healthz/-readyz (docs/upstream-behaviour.md §trainjob-status):
-                # passes while start-up is under way, then while the port takes a TLS connection.
-                running = self.running
-                if running is None or running.status_server is None:
-                    return "starting"
-                try:
-                    await running.status_server.check()
-                except NotServing as exc:
-                    raise kopf.PermanentError(str(exc)) from None
-                return "ok"
-
         if self.config.webhook.enabled:
             self.webhooks.register(registry)
 
@@ -472,19 +461,55 @@ class Operator:
     ) -> None:
         settings = kopf.OperatorSettings()
         self.configure(settings)
-        await kopf.operator(
-            registry=self.registry(),
-            settings=settings,
-            standalone=True,
-            # kopf would name us user@host, and looks the user up in /etc/passwd, where the
-            # image's uid 65532 (or OpenShift's random uid) has no entry: it would stop at start.
-            identity=cast("Any", socket.gethostname()),
-            clusterwide=clusterwide,
-            namespaces=list(self.namespaces),
-            liveness_endpoint=liveness_endpoint,
-            stop_flag=stop_flag,
-            ready_flag=ready_flag,
-        )
+        # The health endpoint is ours, not kopf's: on a guarded port (controller/serving.py), up
+        # from before start-up (a probe during it says so), and down only once kopf has stopped.
+        health = self._health_server(liveness_endpoint) if liveness_endpoint else None
+        if health is not None:
+            await health.start()
+        try:
+            await kopf.operator(
+                registry=self.registry(),
+                settings=settings,
+                standalone=True,
+                # kopf would name us user@host, and looks the user up in /etc/passwd, where the
+                # image's uid 65532 (or OpenShift's random uid) has no entry: it would stop at start.
+                identity=cast("Any", socket.gethostname()),
+                clusterwide=clusterwide,
+                namespaces=list(self.namespaces),
+                stop_flag=stop_flag,
+                ready_flag=ready_flag,
+            )
+        finally:
+            if health is not None:
+                await health.stop()
+
+    def _health_server(self, endpoint: str) -> GuardedServer:
+        """``GET <path>`` at ``endpoint`` (``http://host:port/path``): 200 with each check's state
+        while the operator is healthy, 500 naming the check that failed. The check is upstream's
+        status-server-healthz (docs/upstream-behaviour.md §trainjob-status): with the
+        ``TrainJobStatus`` gate, "starting" during start-up, then whether its port takes a TLS
+        connection."""
+        parts = urllib.parse.urlsplit(endpoint)
+        if parts.scheme != "http" or parts.port is None:
+            raise StartupError(f"the liveness endpoint {endpoint!r} is not http://host:port/path")
+
+        async def healthz(_: web.Request) -> web.Response:
+            checks: dict[str, str] = {}
+            if c.FEATURE_TRAINJOB_STATUS in self.framework.enabled:
+                running = self.running
+                if running is None or running.status_server is None:
+                    checks["status-server"] = "starting"
+                else:
+                    try:
+                        await running.status_server.check()
+                    except NotServing as exc:
+                        return web.json_response({"status-server": str(exc)}, status=500)
+                    checks["status-server"] = "ok"
+            return web.json_response(checks)
+
+        app = web.Application(client_max_size=1024)
+        app.router.add_get(parts.path or "/", healthz)
+        return GuardedServer(app, parts.hostname or "", parts.port, "health server", HEALTH_LIMITS)
 
 
 async def _check_prerequisites(client: ApiClient) -> None:
