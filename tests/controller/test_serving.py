@@ -316,3 +316,31 @@ async def test_the_webhook_server_takes_admission_requests_up_to_controller_runt
     finally:
         await configs.aclose()
     assert server.server is not None and not server.server.serving
+
+
+@in_loop
+async def test_a_kept_alive_tls_connection_outlives_the_head_deadline_while_idle(tmp_path: Path) -> None:
+    """Over TLS a client's first request often arrives with the end of the handshake, before the
+    connection is handed to its handler: the head deadline armed then must be the only one. A
+    second one, left behind, cut the connection when it fired while idle, and the API server (whose
+    POSTs Go does not retry) saw "failed calling webhook: EOF"."""
+    tls_certificates.write_self_signed(tmp_path, ["127.0.0.1"])
+    reloader = tls_certificates.CertificateReloader(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    reloader.context.load_cert_chain(str(tmp_path / "tls.crt"), str(tmp_path / "tls.key"))
+    limits = Limits(max_connections=8, head_seconds=0.3, idle_seconds=5, max_body=1024)
+    server = GuardedServer(echo_app(limits), "127.0.0.1", free_port(), "tls echo", limits, reloader.context)
+    await server.start()
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    try:
+        for _ in range(5):  # the first request's bytes come with the handshake's end more often than not
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port, ssl=context)
+            for word in (b"first", b"second"):
+                writer.write(request(word))
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2.0)
+                assert head.startswith(b"HTTP/1.1 200"), head
+                assert await reader.readexactly(len(word)) == word
+                await asyncio.sleep(3 * limits.head_seconds)  # idle, well inside the idle timeout
+            writer.close()
+    finally:
+        await server.stop()

@@ -96,7 +96,10 @@ class _GuardedHandler(web.RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._arm()
+        if self.head_timer is None and not self.in_request:
+            # Over TLS the first request's bytes can come with the end of the handshake, before
+            # this: then the deadline was armed when they arrived, and is not armed twice.
+            self._arm()
 
     def closed(self) -> None:
         """Counted out of the server's open connections, once."""
@@ -115,6 +118,7 @@ class _GuardedHandler(web.RequestHandler):
         super().connection_lost(exc)
 
     def _arm(self) -> None:
+        self.disarm()  # one deadline at a time: one left behind would cut a kept-alive connection
         self.head_timer = asyncio.get_running_loop().call_later(self.head_seconds, self._head_late)
 
     def disarm(self) -> None:
