@@ -20,6 +20,7 @@ from trainer.plugin import (
     TrainingRuntimeSpec,
     ValidationContext,
     canonical_jobset_quantities,
+    controlled_by,
     dns1123_subdomain,
     find,
     forbidden,
@@ -84,7 +85,9 @@ class JobSetPlugin:
 
     @hookimpl
     def trainer_build(self, info: Info) -> list[Obj] | None:
-        existing = info.facts.get(c.JOBSET_KIND, info.namespace, info.name)
+        # Kept as it is while it runs: looked up as a kept child, so one this TrainJob does not
+        # control stops the build (docs/decisions.md §11).
+        existing = info.existing_child(c.JOBSET_KIND, info.name, group=c.JOBSET_GROUP)
         if (
             existing is not None
             and not info.trainjob.spec.suspend
@@ -97,8 +100,8 @@ class JobSetPlugin:
     def trainer_compute_status(self, trainjob: Obj, facts: Facts) -> Obj | None:
         meta = trainjob.get("metadata") or {}
         jobset = facts.get(c.JOBSET_KIND, meta.get("namespace") or "default", meta.get("name", ""))
-        if jobset is None:
-            return None
+        if jobset is None or not controlled_by(jobset, trainjob):
+            return None  # none, or another's of that name: its status is not this TrainJob's
         return jobset_status(jobset)
 
 

@@ -34,6 +34,7 @@ from trainer.runtime.info import (
     PodSet,
     StatusServer,
     ValidationContext,
+    controlled_by,
 )
 from trainer.runtime.kinds import CONFIG_MAP, SECRET, Builds, Kind, Reads
 from trainer.runtime.podspec import (
@@ -74,6 +75,7 @@ __all__ = [
     "XGBoostPolicy",
     "canonical_jobset_quantities",
     "constants",
+    "controlled_by",
     "cpu_count",
     "dns1123_subdomain",
     "effective_resources",

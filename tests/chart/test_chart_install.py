@@ -10,6 +10,7 @@ have refused it nothing (no 403 in its audit log).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -253,14 +254,24 @@ def test_the_admission_policy_holds_the_operator_to_trainjob_children(release: h
     }
     with pytest.raises(APIError) as refused:
         server.create(token, user=user)
-    assert "never writes service-account token Secrets" in str(refused.value)
+    assert "writes only Secrets of the types it makes" in str(refused.value)
+    # A stolen token cannot make a TrainJob's child of an existing object by adding a reference:
+    # an update keeps the controller the object had (kube-system's ConfigMaps, say).
+    server.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "not-ours", "namespace": ns}}
+    )
+    with pytest.raises(APIError) as refused:
+        server.patch("v1", "ConfigMap", "not-ours", {"metadata": {"ownerReferences": [owner]}}, ns, user=user)
+    assert "only ones it controlled before" in str(refused.value)
+    server.delete("v1", "ConfigMap", "not-ours", ns)
     child = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "a-child", "namespace": ns, "ownerReferences": [owner]},
     }
     server.create(child, user=user)  # a TrainJob's child: allowed
-    server.delete("v1", "ConfigMap", "a-child", ns)
+    with contextlib.suppress(APIError):  # the garbage collector may be first: its owner does not exist
+        server.delete("v1", "ConfigMap", "a-child", ns)
 
 
 CERTIFICATE_RBAC = "kubeflow-trainer-webhook-certificate"

@@ -910,10 +910,15 @@ def test_the_admission_policy_holds_the_operators_account_to_trainjob_children(d
     assert [c["expression"] for c in spec["matchConditions"]] == [f"request.userInfo.username == '{user}'"]
     variables = {v["name"]: v["expression"] for v in spec["variables"]}
     assert f"object.metadata.name == '{h.RELEASE}-webhook-cert'" in variables["ownCertificate"]
-    assert "r.kind == 'TrainJob'" in variables["trainJobControlled"]
-    assert "r.controller" in variables["trainJobControlled"], "a controller reference, not any owner"
+    for name in ("controllers", "oldControllers"):
+        assert "r.kind == 'TrainJob'" in variables[name]
+        assert "r.controller" in variables[name], "a controller reference, not any owner"
+    assert "oldObject" in variables["oldControllers"], "an update keeps the controller it had"
+    assert "variables.oldControllers == variables.controllers" in variables["trainJobControlled"]
     assert "trainjob-name" not in str(spec), "not our label: upstream's children lack it"
-    assert any("kubernetes.io/service-account-token" in v["expression"] for v in spec["validations"])
+    assert any(
+        "object.type in ['kubernetes.io/ssh-auth', 'Opaque']" in v["expression"] for v in spec["validations"]
+    )
 
 
 def test_the_admission_policy_can_be_turned_off() -> None:

@@ -376,8 +376,8 @@ class Operator:
         async def stopped() -> None:
             gauge.set(0)
             if self.running is not None:
+                await self.running.recorder.halt()  # first: its queue is dropped, not refused by the fence
                 await self.running.stop_workers()
-                await self.running.recorder.halt()
 
         return Elector(
             client,

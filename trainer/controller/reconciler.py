@@ -26,6 +26,7 @@ from trainer.controller.resources import Resources
 from trainer.controller.writer import StaleCache, Writer, WriteReport
 from trainer.runtime import conditions as cond
 from trainer.runtime.framework import Framework
+from trainer.runtime.info import controlled_by
 from trainer.runtime.render import Event, Outcome, parse_time, render
 
 logger = logging.getLogger("trainer.controller")
@@ -192,14 +193,14 @@ class Reconciler:
             self._failed(key, f"{type(exc).__name__}: {exc}")
         else:
             self.metrics.reconciles.labels(result="success").inc()
-            result = (
-                "requeue_after"
-                if isinstance(requeue, After)
-                else "requeue"
-                if requeue is Next.BACKOFF
-                else "success"
-            )
-            self.metrics.cr_reconciles.labels(controller=CONTROLLER, result=result).inc()
+            if (
+                requeue is Next.BACKOFF
+            ):  # a failure shown on status: an error, as controller-runtime counts one
+                self.metrics.cr_reconciles.labels(controller=CONTROLLER, result="error").inc()
+                self.metrics.cr_errors.labels(controller=CONTROLLER).inc()
+            else:
+                result = "requeue_after" if isinstance(requeue, After) else "success"
+                self.metrics.cr_reconciles.labels(controller=CONTROLLER, result=result).inc()
             match requeue:
                 case Next.DONE:
                     self.queue.forget(key)
@@ -240,7 +241,12 @@ class Reconciler:
         try:
             await self.writer.apply(outcome.objects, report)
             for kind, namespace, name in outcome.delete:
-                await self.writer.delete(kind, namespace, name, report)
+                # Only a child this TrainJob controls (docs/decisions.md §11), and only that
+                # incarnation of it: the uid is the delete's precondition.
+                observed = self.cache.get(kind, namespace, name)
+                if observed is None or not controlled_by(observed, trainjob):
+                    continue
+                await self.writer.delete(kind, namespace, name, report, uid=observed["metadata"].get("uid"))
         except ApiError as exc:
             # docs/decisions.md §3: objects refused by the API server show on status too.
             write_error = exc

@@ -141,14 +141,16 @@ class Writer:
             return await self.client.create(rtype, namespace, obj, field_manager=FIELD_MANAGER)
         return await self.client.apply(rtype, namespace, obj, field_manager=FIELD_MANAGER, force=False)
 
-    async def delete(self, kind: str, namespace: str, name: str, report: WriteReport) -> None:
+    async def delete(
+        self, kind: str, namespace: str, name: str, report: WriteReport, *, uid: str | None = None
+    ) -> None:
         observed = self.cache.get(kind, namespace, name)
         if observed is None:
             return
         try:
-            await self.client.delete(self.resources.resource_of(observed), namespace, name)
+            await self.client.delete(self.resources.resource_of(observed), namespace, name, uid=uid)
         except ApiError as exc:
-            if exc.code != 404:
+            if exc.code not in (404, 409):  # gone, or another object has the name now
                 raise
         self.cache.forget(kind, namespace, name)
         report.deleted.append((kind, namespace, name))
