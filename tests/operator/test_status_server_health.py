@@ -61,8 +61,9 @@ def test_the_liveness_endpoint_follows_the_status_server(cluster: Cluster, opera
 
 def test_the_health_port_is_guarded_like_every_other(cluster: Cluster, operator_kubeconfig: Path) -> None:
     """The health port was kopf's own aiohttp server: no head deadline, no connection cap. It is
-    ours now (controller/serving.py): connections past its cap are refused at once, and one that
-    never sends a request is cut at the head deadline."""
+    ours now (controller/serving.py): connections that hold it sending nothing are capped, cut at
+    the head deadline, and make room for the kubelet's probe, which always gets its answer (a
+    refused probe would have the pod restarted)."""
     import socket
 
     from trainer.controller.operator import HEALTH_LIMITS
@@ -73,16 +74,19 @@ def test_the_health_port_is_guarded_like_every_other(cluster: Cluster, operator_
         operator_kubeconfig, Configuration(), namespaces=[cluster.namespace], liveness_endpoint=url
     ):
         assert health(url) == (200, {})
-        held = [socket.create_connection(("127.0.0.1", live)) for _ in range(HEALTH_LIMITS.max_connections)]
+        held = [
+            socket.create_connection(("127.0.0.1", live)) for _ in range(3 * HEALTH_LIMITS.max_connections)
+        ]
         time.sleep(0.2)
-        extra = socket.create_connection(("127.0.0.1", live))
-        extra.settimeout(2)
-        with contextlib.suppress(ConnectionResetError):  # refused at once: a reset, or an EOF
-            assert extra.recv(1) == b"", "refused at once"
-        for sock in [*held, extra]:
+        for _ in range(3):
+            assert health(url) == (200, {}), "the probe is answered while others hold the port"
+        closed = 0
+        for sock in held:
+            sock.settimeout(0.5)
+            with contextlib.suppress(ConnectionResetError, TimeoutError, OSError):
+                closed += sock.recv(1) == b""
             sock.close()
-        time.sleep(0.2)
-        assert health(url) == (200, {}), "room again once they are gone"
+        assert closed >= 2 * HEALTH_LIMITS.max_connections, "no more than the cap were held"
 
 
 def test_check_needs_a_tls_handshake(tmp_path: Path) -> None:

@@ -11,8 +11,9 @@ liked. Here each port gets, as Go's ``http.Server`` gives controller-runtime's p
   closed after ``idle_seconds``. For the webhook port it outlives the API server's own idle
   timeout (90 s), so the API server is the side that closes and never sends on a closing socket;
 - a **TLS handshake deadline** of ``handshake_seconds``;
-- a **connection cap**: past ``max_connections`` open connections a new one is closed at once
-  (counted in ``refused``), so what a flood can hold is bounded;
+- a **connection cap**: past ``max_connections`` open connections, a new one takes the place of
+  the oldest that has not sent a whole request head (``evicted``), else it is closed at once
+  (``refused``): what a flood can hold is bounded, and holding it keeps nobody out;
 - a **body limit** and a **body deadline**, which the application reads with :func:`read_body`,
   and a bound on requests handled at once (so on the bodies held in memory);
 - handlers **cancelled** when their client goes away.
@@ -86,13 +87,14 @@ class _GuardedHandler(web.RequestHandler):
     """
 
     def __init__(
-        self, manager: web.Server, *, head_seconds: float, on_closed: Callable[[], None], **kwargs: Any
+        self, manager: web.Server, *, guard: GuardedServer, head_seconds: float, **kwargs: Any
     ) -> None:
         super().__init__(manager, **kwargs)
+        self.guard = guard
         self.head_seconds = head_seconds
         self.head_timer: asyncio.TimerHandle | None = None
         self.in_request = False
-        self._on_closed: Callable[[], None] | None = on_closed
+        self.counted = True  # in the guard's open connections until closed() or evicted
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -103,11 +105,13 @@ class _GuardedHandler(web.RequestHandler):
 
     def closed(self) -> None:
         """Counted out of the server's open connections, once."""
-        on_closed, self._on_closed = self._on_closed, None
-        if on_closed is not None:
-            on_closed()
+        self.guard.unwatch(self)
+        if self.counted:
+            self.counted = False
+            self.guard.open -= 1
 
     def data_received(self, data: bytes) -> None:
+        self.guard.idle.pop(self, None)
         if self.head_timer is None and not self.in_request:
             self._arm()
         super().data_received(data)
@@ -120,11 +124,19 @@ class _GuardedHandler(web.RequestHandler):
     def _arm(self) -> None:
         self.disarm()  # one deadline at a time: one left behind would cut a kept-alive connection
         self.head_timer = asyncio.get_running_loop().call_later(self.head_seconds, self._head_late)
+        self.guard.waiting[self] = None  # sending a request head: the first to go when full
 
     def disarm(self) -> None:
+        self.guard.waiting.pop(self, None)
         if self.head_timer is not None:
             self.head_timer.cancel()
             self.head_timer = None
+
+    def evict(self) -> None:
+        """Make room for a new connection: this one is counted out now, and closed."""
+        self.closed()
+        self.disarm()
+        self.force_close()
 
     def _head_late(self) -> None:
         self.head_timer = None
@@ -132,7 +144,10 @@ class _GuardedHandler(web.RequestHandler):
             self.force_close()
 
 
-def _request_begun(in_flight: asyncio.Semaphore) -> Any:
+BODY = web.RequestKey("trainer.serving.body", bytes)  # request[BODY]: the body, with read_body_first
+
+
+def _request_begun(in_flight: asyncio.Semaphore, limits: Limits, read_first: bool) -> Any:
     @web.middleware
     async def middleware(request: web.Request, handler: Any) -> web.StreamResponse:
         protocol = request.protocol
@@ -141,12 +156,29 @@ def _request_begun(in_flight: asyncio.Semaphore) -> Any:
             guarded.disarm()
             guarded.in_request = True
         try:
+            if read_first:
+                # The body before a slot: a client sending one slowly holds its own connection,
+                # not one of the slots every other request needs (handlers take request[BODY]);
+                # and while it does, its connection is among the first to go when the port is full.
+                if guarded is not None:
+                    guarded.guard.waiting[guarded] = None
+                try:
+                    request[BODY] = await read_body(request, limits)
+                except BodyTooLarge as exc:
+                    return web.json_response({"message": str(exc)}, status=413)
+                except TimeoutError:
+                    return web.json_response({"message": "the request body came too slowly"}, status=408)
+                finally:
+                    if guarded is not None:
+                        guarded.guard.waiting.pop(guarded, None)
             async with in_flight:
                 response: web.StreamResponse = await handler(request)
                 return response
         finally:
             if guarded is not None:
                 guarded.in_request = False
+                if guarded.counted:
+                    guarded.guard.idle[guarded] = None  # kept alive, nothing asked: second to go
 
     return middleware
 
@@ -179,8 +211,9 @@ class _Accepted(asyncio.Protocol):
             return
         transport.pause_reading()  # nothing is read until the TLS layer takes the transport
         task = asyncio.get_running_loop().create_task(self._shake_hands(transport, handler, context))
-        server.handshakes.add(task)
-        task.add_done_callback(server.handshakes.discard)
+        server.handshakes[handler] = task
+        server.waiting[handler] = None  # a handshake under way is waiting too
+        task.add_done_callback(lambda _: server.handshakes.pop(handler, None))
 
     async def _shake_hands(
         self, transport: asyncio.Transport, handler: _GuardedHandler, context: ssl.SSLContext
@@ -203,9 +236,13 @@ class _Accepted(asyncio.Protocol):
             handler.closed()
             logger.debug("%s: a TLS handshake failed: %s", self.server.name, exc)
             return
-        if tls is None:  # the peer went away as the handshake ended
+        if tls is None or not handler.counted:  # the peer went, or it was evicted meanwhile
             handler.closed()
+            if tls is not None:
+                tls.abort()
             return
+        server_waiting = self.server.waiting
+        server_waiting.pop(handler, None)
         handler.connection_made(tls)
 
     def data_received(self, data: bytes) -> None:
@@ -222,15 +259,23 @@ class GuardedServer:
     name: str
     limits: Limits = field(default_factory=Limits)
     ssl_context: ssl.SSLContext | None = None
+    # The webhook server's: bodies are read before a request takes one of the in-flight slots.
+    read_body_first: bool = False
     refused: int = 0
+    evicted: int = 0
     open: int = 0  # connections accepted and not yet closed, TLS handshakes under way included
-    handshakes: set[asyncio.Task[None]] = field(default_factory=set, repr=False)
+    handshakes: dict[_GuardedHandler, asyncio.Task[None]] = field(default_factory=dict, repr=False)
+    # Who goes first when the port is full, oldest first: connections still shaking hands or
+    # sending a request head, then connections kept alive with nothing asked.
+    waiting: dict[_GuardedHandler, None] = field(default_factory=dict, repr=False)
+    idle: dict[_GuardedHandler, None] = field(default_factory=dict, repr=False)
     _runner: web.AppRunner | None = field(default=None, init=False, repr=False)
     _server: asyncio.AbstractServer | None = field(default=None, init=False, repr=False)
 
     async def start(self) -> None:
         limits = self.limits
-        self.app.middlewares.insert(0, _request_begun(asyncio.Semaphore(limits.max_in_flight)))
+        in_flight = asyncio.Semaphore(limits.max_in_flight)
+        self.app.middlewares.insert(0, _request_begun(in_flight, limits, self.read_body_first))
         runner = web.AppRunner(
             self.app,
             handle_signals=False,
@@ -243,15 +288,12 @@ class GuardedServer:
         assert server is not None
         loop = asyncio.get_running_loop()
 
-        def closed() -> None:
-            self.open -= 1
-
         def handler() -> _GuardedHandler:
             return _GuardedHandler(
                 server,
                 loop=loop,
+                guard=self,
                 head_seconds=limits.head_seconds,
-                on_closed=closed,
                 keepalive_timeout=limits.idle_seconds,
                 max_headers=limits.max_headers,
                 max_field_size=limits.max_field_size,
@@ -268,7 +310,20 @@ class GuardedServer:
             self.port = sockets[0].getsockname()[1]
 
     def admit(self) -> bool:
-        """Count a new connection in, or refuse it when ``max_connections`` are open."""
+        """Count a new connection in. When ``max_connections`` are open, the oldest one that has
+        not yet sent a whole request head (or is still shaking hands) goes to make room, else the
+        oldest kept alive with nothing asked; only when every one is mid-request is the new one
+        refused. Holding the port's connections open, sending nothing, then keeps nobody out: not
+        the API server, not the kubelet's probe (whose failure would restart the pod)."""
+        if self.open >= self.limits.max_connections:
+            victims = self.waiting or self.idle
+            if victims:
+                victim = next(iter(victims))
+                task = self.handshakes.get(victim)
+                victim.evict()
+                if task is not None:
+                    task.cancel()
+                self.evicted += 1
         if self.open < self.limits.max_connections:
             self.open += 1
             return True
@@ -286,6 +341,10 @@ class GuardedServer:
     def connections(self) -> int:
         return self.open
 
+    def unwatch(self, handler: _GuardedHandler) -> None:
+        self.waiting.pop(handler, None)
+        self.idle.pop(handler, None)
+
     @property
     def serving(self) -> bool:
         return self._server is not None
@@ -294,7 +353,7 @@ class GuardedServer:
         server, self._server = self._server, None
         if server is not None:
             server.close()
-        for task in list(self.handshakes):
+        for task in list(self.handshakes.values()):
             task.cancel()
         runner, self._runner = self._runner, None
         if runner is not None:

@@ -26,7 +26,7 @@ from pathlib import Path
 import kopf
 from aiohttp import web
 
-from trainer.controller.serving import BodyTooLarge, GuardedServer, Limits, read_body
+from trainer.controller.serving import BODY, GuardedServer, Limits
 
 logger = logging.getLogger("trainer.webhooks")
 
@@ -39,8 +39,9 @@ LIMITS = Limits(
     # Longer than the API server's idle timeout for webhook connections (90 s): it closes first.
     idle_seconds=120.0,
     handshake_seconds=10.0,
-    # The API server gives a webhook 10 s by default (30 s at most) for the whole call.
-    body_seconds=30.0,
+    # The API server gives a webhook 10 s by default for the whole call: a body slower than that
+    # is no API server's.
+    body_seconds=10.0,
     max_body=MAX_ADMISSION_BODY,
     max_in_flight=16,
 )
@@ -74,13 +75,7 @@ class WebhookServer:
 
         async def handle(request: web.Request) -> web.Response:
             try:
-                raw = await read_body(request, limits)
-            except BodyTooLarge as exc:
-                return web.json_response({"message": str(exc)}, status=413)
-            except TimeoutError:
-                return web.json_response({"message": "the request body came too slowly"}, status=408)
-            try:
-                review = json.loads(raw)
+                review = json.loads(request[BODY])
             except ValueError as exc:
                 return web.json_response({"message": f"not JSON: {exc}"}, status=400)
             peer = request.transport.get_extra_info("peercert") if request.transport else None
@@ -98,7 +93,9 @@ class WebhookServer:
         self.context.load_cert_chain(self.certfile, self.keyfile)
         app = web.Application(client_max_size=limits.max_body)
         app.router.add_post("/{id:.*}", handle)
-        self.server = GuardedServer(app, self.host, self.port, "webhook server", limits, self.context)
+        self.server = GuardedServer(
+            app, self.host, self.port, "webhook server", limits, self.context, read_body_first=True
+        )
         await self.server.start()
         try:
             config = kopf.WebhookClientConfig(
