@@ -162,6 +162,14 @@ def test_children_the_watches_do_not_see_are_read_once_not_retried_forever(
     tj = cluster.get(TJ, "TrainJob", "taken")
     failed = next(c for c in tj["status"]["conditions"] if c["type"] == "ReconcileFailed")
     assert "owned by another object" in failed["message"]
+    # Gone, the name is free: the TrainJob goes on (it was looked at again by name, not forever
+    # judged by the copy read once).
+    cluster.delete("v1", "ConfigMap", "taken-runtime-snapshot")
+    wait_for(
+        lambda: get_or_none(cluster, JS, "JobSet", "taken"),
+        timeout=60,
+        what="the JobSet once the name is free",
+    )
 
     # A Secret in an SSH key's way is read by name, its metadata only (Secrets are never listed),
     # and refused: it is not the TrainJob's (docs/decisions.md §11). Retries back off.

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
@@ -32,6 +32,9 @@ class Router:
     queue: WorkQueue
     resources: Resources
     namespaces: Collection[str] = ()  # the namespaces served; none: the whole cluster
+    # Objects kept slim that name a TrainJob controller the cache did not hold then, by that uid:
+    # when the TrainJob arrives they are read again, whole (its children, seen first by a watch).
+    _slim_for: dict[str, list[tuple[str, str | None, str, str]]] = field(default_factory=dict, repr=False)
 
     def scopes(self) -> list[tuple[Resource, str | None]]:
         """What is listed and watched: each resource in each namespace served, or cluster-wide."""
@@ -62,6 +65,9 @@ class Router:
         """A LIST (at start-up, or after a watch the server could not resume): the cache takes it
         as the whole truth of its scope, and the TrainJobs of what changed or vanished are queued."""
         typed = [self._kept(resource, _typed(item, resource)) for item in items]
+        if resource.role is Role.TRAINJOB:
+            for item in typed:
+                self._arrived(item)
         changed, gone = self.cache.replace(
             resource.kind, resource.type.group, namespace, typed, resource_version, label=resource.label
         )
@@ -77,15 +83,48 @@ class Router:
         deleted = type_ == "DELETED"
         if deleted:
             self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
+            if resource.role is Role.TRAINJOB:
+                self._forget_unwatched_children(obj)
         else:
             self.cache.observe(self._kept(resource, obj))
+            if resource.role is Role.TRAINJOB:
+                self._arrived(obj)
         self._concerns(resource, obj, deleted=deleted)
+
+    def _arrived(self, trainjob: Obj) -> None:
+        """Its children the cache keeps slim (seen before it) are forgotten: the next reconcile
+        reads them again by name (its create meets them), whole now that their controller is
+        known, instead of judging a snapshot without its runtime."""
+        uid = str((trainjob.get("metadata") or {}).get("uid") or "")
+        for kind, namespace, name, group in self._slim_for.pop(uid, []):
+            self.cache.forget(kind, namespace, name, group)
+
+    def _forget_unwatched_children(self, trainjob: Obj) -> None:
+        """What the cache holds of a deleted TrainJob's create-only children (its Secrets, which
+        no watch follows) goes with it: the cache does not grow with every TrainJob ever run."""
+        uid = (trainjob.get("metadata") or {}).get("uid")
+        for resource in self.resources.writable.values():
+            if resource.watched:
+                continue
+            for child in list(self.cache.of_kind(resource.kind)):
+                meta = child.get("metadata") or {}
+                if any(ref.get("uid") == uid for ref in meta.get("ownerReferences") or []):
+                    self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], resource.type.group)
 
     def _kept(self, resource: Resource, obj: Obj) -> Obj:
         """What the cache keeps of a watched object: the whole of a child one of our TrainJobs
         controls (the render core compares it with what it builds), only the identity and
         ownership of any other object of a child kind (docs/security.md, finding 4)."""
         if resource.role is Role.CHILD and not self.cache.controlled(obj):
+            owner = owner_trainjob_uid(obj)
+            if owner is not None:  # perhaps ours, its TrainJob not seen yet: remembered for then
+                meta = obj["metadata"]
+                key = (resource.kind, meta.get("namespace"), meta["name"], resource.type.group)
+                if owner not in self._slim_for and len(self._slim_for) >= 10_000:
+                    del self._slim_for[next(iter(self._slim_for))]  # bounded: forged references
+                waiting = self._slim_for.setdefault(owner, [])
+                if key not in waiting:
+                    waiting.append(key)
             return slim(obj)
         return obj
 
@@ -119,6 +158,14 @@ class Router:
                 continue
             if self.cache.get("ConfigMap", key[0], key[1] + c.RUNTIME_SNAPSHOT_SUFFIX) is None:
                 self.queue.add(key)
+
+
+def owner_trainjob_uid(obj: Obj) -> str | None:
+    """The uid of the TrainJob an object's controller reference names, if one does."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True and ref.get("kind") == c.TRAINJOB_KIND and ref.get("uid"):
+            return str(ref["uid"])
+    return None
 
 
 def _typed(obj: Obj, resource: Resource) -> Obj:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trainer.api.objects import Obj
-from trainer.controller.cache import Cache
+from trainer.controller.cache import Cache, slim
 from trainer.controller.client import STATUS, ApiClient, ApiError, ResourceType
 from trainer.controller.resources import TRAINJOBS, Resources
 
@@ -99,7 +99,9 @@ class Writer:
                             rtype, meta.get("namespace"), field_selector=f"metadata.name={meta['name']}"
                         )
                         for item in found.get("items") or []:
-                            self.cache.observe(_with_kind(item, obj))
+                            item = _with_kind(item, obj)
+                            # Whole if ours (a watch running behind); another's costs its name only.
+                            self.cache.observe(item if self.cache.controlled(item) else slim(item))
                     else:  # never listed: its metadata, by name (who controls it is all we need)
                         try:
                             item = await self.client.get_metadata(rtype, meta.get("namespace"), meta["name"])

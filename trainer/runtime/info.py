@@ -20,6 +20,14 @@ class PluginError(Exception):
     """A TrainJob cannot be reconciled as it stands; the message is shown on status and events."""
 
 
+class ChildConflict(PluginError):
+    """A child's name is taken by an object this TrainJob does not control (docs/decisions.md §11)."""
+
+    def __init__(self, message: str, observed: Obj) -> None:
+        super().__init__(message)
+        self.observed = observed
+
+
 @dataclass(frozen=True)
 class StatusServer:
     """Where training pods report progress (the ``TrainJobStatus`` feature), as a cluster fact.

@@ -18,7 +18,7 @@ from trainer.api.views import TrainingRuntime, TrainJob
 from trainer.runtime import conditions as cond
 from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
-from trainer.runtime.info import Facts, PluginError, controlled_by
+from trainer.runtime.info import ChildConflict, Facts, PluginError, controlled_by
 from trainer.runtime.snapshot import read_snapshot, snapshot_configmap, snapshot_name
 
 EVENT_RESOURCES_FAILED = "TrainJobResourcesCreationFailed"
@@ -334,14 +334,6 @@ def check_control(trainjob_obj: Obj, facts: Facts, built: list[Obj], kept: list[
             f"not control; delete or rename that {obj['kind']}",
             observed,
         )
-
-
-class ChildConflict(PluginError):
-    """A child's name is taken by an object this TrainJob does not control."""
-
-    def __init__(self, message: str, observed: Obj) -> None:
-        super().__init__(message)
-        self.observed = observed
 
 
 def _controller_of(obj: Obj) -> str:

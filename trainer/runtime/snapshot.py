@@ -9,7 +9,7 @@ from __future__ import annotations
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.api.views import TrainJob
-from trainer.runtime.info import PluginError, child_metadata
+from trainer.runtime.info import ChildConflict, PluginError, child_metadata
 from trainer.runtime.kinds import CONFIG_MAP, Builds, Declaration
 
 # What the render core itself builds, declared as a plugin declares its kinds: the snapshot.
@@ -56,8 +56,9 @@ def read_snapshot(configmap: Obj, trainjob: Obj) -> Obj:
     owners = (configmap.get("metadata") or {}).get("ownerReferences") or []
     controller = next((o for o in owners if o.get("controller")), None)
     if controller is None or controller.get("uid") != uid:
-        raise PluginError(
-            "invalid runtime snapshot: a snapshot configmap exists but is owned by another object"
+        # Looked at again by name when retried, and the TrainJob goes on once it is gone.
+        raise ChildConflict(
+            "invalid runtime snapshot: a snapshot configmap exists but is owned by another object", configmap
         )
     text = (configmap.get("data") or {}).get(c.RUNTIME_SNAPSHOT_KEY)
     if text is None:
