@@ -66,6 +66,15 @@ KINDS: dict[str, str] = {
     ),
     "scheduling.k8s.io/v1/PriorityClass": "io.k8s.api.scheduling.v1.PriorityClass",
     "coordination.k8s.io/v1/Lease": "io.k8s.api.coordination.v1.Lease",
+    # Stored by the stand-in, as the chart installs them (never enforced there).
+    "networking.k8s.io/v1/NetworkPolicy": "io.k8s.api.networking.v1.NetworkPolicy",
+    "policy/v1/PodDisruptionBudget": "io.k8s.api.policy.v1.PodDisruptionBudget",
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy": (
+        "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy"
+    ),
+    "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicyBinding": (
+        "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding"
+    ),
 }
 
 _KEPT = (
