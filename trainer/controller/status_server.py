@@ -30,13 +30,12 @@ import asyncio
 import base64
 import contextlib
 import datetime
-import hashlib
 import json
 import logging
 import re
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -46,6 +45,8 @@ from aiohttp import web
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.controller.client import ApiClient, ApiError
+from trainer.controller.reviews import Busy, RateLimits, Slots, Verdicts, bearer, digest
+from trainer.controller.reviews import ReviewError as AuthenticationError
 from trainer.controller.serving import BodyTooLarge, GuardedServer, Limits, read_body
 from trainer.runtime.info import Facts, StatusServer, controlled_by
 
@@ -85,14 +86,6 @@ PER_CLIENT_QPS = 2.0
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-
-
-class AuthenticationError(Exception):
-    """The API server could not say whether a token is good (not a refusal: a 500)."""
-
-
-class Busy(Exception):
-    """As many TokenReviews as the server makes at once are under way (a 429)."""
 
 
 class Authenticator(Protocol):
@@ -187,37 +180,6 @@ def decode_request(raw: bytes) -> Obj:
     return {"trainerStatus": out}
 
 
-class RateLimits:
-    """A token bucket per key (ours): per TrainJob, so one TrainJob's pods cannot take the server's
-    client; per client address, so one caller cannot make the server ask about junk tokens."""
-
-    def __init__(
-        self,
-        qps: float = PER_TRAINJOB_QPS,
-        burst: int = PER_TRAINJOB_BURST,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.qps, self.burst, self.clock = qps, burst, clock
-        self._buckets: dict[Hashable, tuple[float, float]] = {}  # key -> (tokens, when)
-
-    def allow(self, key: Hashable) -> bool:
-        now = self.clock()
-        tokens, when = self._buckets.get(key, (float(self.burst), now))
-        tokens = min(float(self.burst), tokens + (now - when) * self.qps)
-        if len(self._buckets) > 4096:  # forget the full buckets of TrainJobs no longer reporting
-            full = self.burst / self.qps
-            self._buckets = {k: v for k, v in self._buckets.items() if now - v[1] < full}
-        if tokens < 1.0:
-            self._buckets[key] = (tokens, now)
-            return False
-        self._buckets[key] = (tokens - 1.0, now)
-        return True
-
-    def retry_after(self, key: Hashable) -> int:
-        tokens, _ = self._buckets.get(key, (0.0, 0.0))
-        return max(1, int((1.0 - tokens) / self.qps + 0.999))
-
-
 class NotServing(Exception):
     """The status server takes no TLS connection: its health check fails."""
 
@@ -241,7 +203,7 @@ class Server:
         self.ssl_context = ssl_context
         self.host = host
         self.port = port
-        self.limits = limits or RateLimits()
+        self.limits = limits or RateLimits(qps=PER_TRAINJOB_QPS, burst=PER_TRAINJOB_BURST)
         self.client_limits = client_limits or RateLimits(qps=PER_CLIENT_QPS, burst=PER_CLIENT_BURST)
         self._server: GuardedServer | None = None
 
@@ -302,7 +264,7 @@ class Server:
         client = request.remote or ""
         if not self.client_limits.allow(client):
             return _too_many(self.client_limits.retry_after(client))
-        token = _bearer(request.headers.get("Authorization", ""))
+        token = bearer(request.headers.get("Authorization", ""))
         try:
             allowed = token is not None and await self.authenticator.authenticate(token, namespace, name)
         except Busy:
@@ -339,13 +301,6 @@ def _too_many(retry_after: int) -> web.Response:
     return response
 
 
-def _bearer(header: str) -> str | None:
-    fields = header.split()
-    if len(fields) != 2 or fields[0].lower() != "bearer":
-        return None
-    return fields[1]
-
-
 # --- the cluster side -----------------------------------------------------------------------------
 
 
@@ -370,16 +325,6 @@ def status_writer(client: ApiClient) -> Write:
     return write
 
 
-def _token_expiry(token: str) -> float | None:
-    """The ``exp`` claim, read without verifying (only to bound how long a verdict is kept)."""
-    try:
-        payload = token.split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        return float(claims["exp"])
-    except (IndexError, ValueError, KeyError, TypeError):
-        return None
-
-
 class TokenReviewAuthenticator:
     """Who may report a TrainJob's progress (docs/decisions.md §status-server-auth).
 
@@ -394,38 +339,22 @@ class TokenReviewAuthenticator:
     def __init__(self, client: ApiClient, facts: Facts, clock: Callable[[], float] = time.time) -> None:
         self.client = client
         self.facts = facts
-        self.clock = clock
-        self._accepted: dict[tuple[str, str, str], float] = {}  # (token digest, ns, name) -> until
-        self._rejected: dict[tuple[str, str, str], float] = {}
-        self._reviews = 0  # under way
+        # Wall time: a token's expiry claim is.
+        self.verdicts: Verdicts[bool] = Verdicts(clock)
+        self.slots = Slots(MAX_REVIEWS)
 
     async def authenticate(self, token: str, namespace: str, name: str) -> bool:
-        key = (hashlib.sha256(token.encode()).hexdigest(), namespace, name)
-        now = self.clock()
-        until = self._accepted.get(key)
-        if until is not None and now < until:
-            return True
-        self._accepted.pop(key, None)
-        refused_until = self._rejected.get(key)
-        if refused_until is not None and now < refused_until:
-            return False
-        if self._reviews >= MAX_REVIEWS:
-            raise Busy()
-        self._reviews += 1
-        try:
+        key = (digest(token), namespace, name)
+        kept = self.verdicts.get(key)
+        if kept is not None:
+            return kept[0]
+        with self.slots.take():
             good = await self._review(token, namespace, name)
-        finally:
-            self._reviews -= 1
-        if not good:
-            if len(self._rejected) > 4096:
-                self._rejected = {k: v for k, v in self._rejected.items() if v > now}
-            self._rejected[key] = now + REJECT_CACHE_SECONDS
-            return False
-        expiry = _token_expiry(token)
-        if len(self._accepted) > 4096:
-            self._accepted = {k: v for k, v in self._accepted.items() if v > now}
-        self._accepted[key] = min(now + AUTH_CACHE_SECONDS, expiry if expiry is not None else now)
-        return True
+        if good:
+            self.verdicts.keep(key, True, AUTH_CACHE_SECONDS, token)
+        else:
+            self.verdicts.keep(key, False, REJECT_CACHE_SECONDS)
+        return good
 
     async def _review(self, token: str, namespace: str, name: str) -> bool:
         audience = c.status_server_audience(namespace, name)
