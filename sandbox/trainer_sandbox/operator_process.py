@@ -187,7 +187,8 @@ class OperatorProcess:
             f"clientConnection: {{qps: {qps}, burst: {burst}}}\n"
             f"controller: {{groupKindConcurrency: {{TrainJob.trainer.kubeflow.org: {workers}}}}}\n"
             "webhook: {enabled: false}\n"
-            f"metrics: {{bindAddress: '127.0.0.1:{self.metrics_port}'}}\n"
+            # Plain HTTP on loopback, so leads() and the benchmarks read it without a token.
+            f"metrics: {{bindAddress: '127.0.0.1:{self.metrics_port}', secureServing: false}}\n"
             f"health: {{healthProbeBindAddress: '127.0.0.1:{free_port()}'}}\n"
             + "".join(f"{key}: {json.dumps(value)}\n" for key, value in (config or {}).items())
         )

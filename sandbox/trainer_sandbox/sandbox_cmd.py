@@ -106,7 +106,8 @@ def _operator_command(server: object, path: Path) -> str:
             "advertiseHost": "127.0.0.1",
             "manageConfiguration": True,
         },
-        "metrics": {"bindAddress": f"127.0.0.1:{free_port()}"},
+        # Plain HTTP: the stand-in serves no TokenReview or SubjectAccessReview to authorize scrapers.
+        "metrics": {"bindAddress": f"127.0.0.1:{free_port()}", "secureServing": False},
         "health": {"healthProbeBindAddress": f"127.0.0.1:{free_port()}"},
     }
     config_path = path.with_name(path.name + ".operator.yaml")

@@ -80,7 +80,7 @@ def test_operator_load_runs_another_controller_beside_ours(tmp_path: Path) -> No
     config.write_text(
         "apiVersion: config.trainer.kubeflow.org/v1alpha1\nkind: Configuration\n"
         "webhook: {enabled: false}\n"
-        f"metrics: {{bindAddress: '127.0.0.1:{free_port()}'}}\n"
+        f"metrics: {{bindAddress: '127.0.0.1:{free_port()}', secureServing: false}}\n"
         f"health: {{healthProbeBindAddress: '127.0.0.1:{free_port()}'}}\n"
     )
     trainer = Path(sys.executable).parent / "trainer"

@@ -105,8 +105,46 @@ class CertManagement(_Section):
         return parse_duration(self.check_interval)
 
 
+class MetricsAuth(_Section):
+    # Upstream's field; its default is off. Ours follows secureServing: on over HTTPS, and refused
+    # over plain HTTP, where a scraper's token would cross the network in the clear.
+    enabled: bool | None = None
+
+
 class Metrics(_Section):
-    bind_address: str = Field(":8080", alias="bindAddress")
+    """Upstream's ``metrics``: ``/metrics`` on ``bindAddress`` ("0": no metrics server), over HTTPS
+    unless ``secureServing`` is false, and with ``auth`` to callers the API server authenticates
+    and authorizes (controller/metrics_auth.py; docs/configuration.md, "Metrics")."""
+
+    bind_address: str = Field(":8443", alias="bindAddress", min_length=1, max_length=255)
+    secure_serving: bool = Field(True, alias="secureServing")
+    auth: MetricsAuth = Field(default_factory=MetricsAuth)
+
+    @field_validator("bind_address")
+    @classmethod
+    def _address(cls, value: str) -> str:
+        if value != "0":
+            try:
+                split_address(value)
+            except ValueError:
+                raise ValueError(f"{value!r} is not an address: host:port, :port, or 0 for none") from None
+        return value
+
+    @model_validator(mode="after")
+    def _auth_over_tls(self) -> Metrics:
+        if self.auth.enabled and not self.secure_serving:
+            raise ValueError(
+                "metrics.auth.enabled needs metrics.secureServing: the scrapers' tokens would be sent in the clear"
+            )
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.bind_address != "0"
+
+    @property
+    def authenticated(self) -> bool:
+        return self.secure_serving if self.auth.enabled is None else self.auth.enabled
 
 
 class Health(_Section):
@@ -228,5 +266,8 @@ def parse_duration(value: str) -> float:
 
 
 def split_address(address: str, default_host: str = "0.0.0.0") -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
+    """``host:port`` or ``:port``; raises ValueError for anything else."""
+    host, colon, port = address.rpartition(":")
+    if not colon or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{address!r}: not host:port")
     return (host or default_host), int(port)

@@ -7,10 +7,14 @@ a dashboard can then tell "no failures" from "no data".
 
 from __future__ import annotations
 
+import ssl
+
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.exposition import choose_encoder
 
+from trainer.controller.metrics_auth import MetricsAuth, guarded
+from trainer.controller.reviews import RateLimits
 from trainer.controller.serving import GuardedServer, Limits
 
 # A scraper makes one small GET at a time; prometheus_client's own server started a thread for
@@ -129,8 +133,17 @@ class Metrics:
         ).inc()
         self.rest_seconds.labels(verb=method, host=host).observe(seconds)
 
-    def server(self, host: str, port: int) -> GuardedServer:
-        """``GET /metrics`` in Prometheus' text format (or OpenMetrics, when the scraper asks)."""
+    def server(
+        self,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        auth: MetricsAuth | None = None,
+        client_limits: RateLimits | None = None,
+    ) -> GuardedServer:
+        """``GET /metrics`` in Prometheus' text format (or OpenMetrics, when the scraper asks): over
+        TLS given ``ssl_context`` (``metrics.secureServing``), to callers the API server says may
+        read it given ``auth`` (``metrics.auth``; controller/metrics_auth.py)."""
         registry = self.registry
 
         async def metrics(request: web.Request) -> web.Response:
@@ -138,8 +151,8 @@ class Metrics:
             return web.Response(body=encode(registry), headers={"Content-Type": content_type})
 
         app = web.Application(client_max_size=1024)
-        app.router.add_get("/metrics", metrics)
-        return GuardedServer(app, host, port, "metrics server", LIMITS)
+        app.router.add_get("/metrics", guarded(metrics, auth, client_limits))
+        return GuardedServer(app, host, port, "metrics server", LIMITS, ssl_context)
 
 
 CONTROLLER = "trainjob"  # the controller label of controller-runtime's metrics, and the queue's name

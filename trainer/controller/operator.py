@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import tempfile
 import urllib.parse
 from collections.abc import Collection
@@ -40,6 +41,7 @@ from trainer.controller.credentials import Credentials, CredentialsError
 from trainer.controller.informer import Informer
 from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_wait
 from trainer.controller.metrics import CONTROLLER, Metrics
+from trainer.controller.metrics_auth import MetricsAuth
 from trainer.controller.reconciler import Reconciler, WorkQueue
 from trainer.controller.resources import CRDS, JOBSETS, Resources
 from trainer.controller.routing import Router
@@ -63,6 +65,10 @@ class StartupError(Exception):
 
 C = TypeVar("C", bound=ApiClient)
 # The kubelet's probes: one request at a time, now and then.
+# The metrics server's own client, for its TokenReviews and SubjectAccessReviews: one per scraper
+# a minute or so, once its verdicts are kept (controller/metrics_auth.py).
+METRICS_AUTH_QPS = 5.0
+METRICS_AUTH_BURST = 10
 HEALTH_LIMITS = Limits(max_connections=16, head_seconds=10.0, idle_seconds=60.0, max_body=0, max_in_flight=4)
 
 
@@ -89,7 +95,11 @@ class Running:
     status_server: StatusServerApp | None = None
     status_client: ApiClient | None = None
     status_tls: tempfile.TemporaryDirectory[str] | None = None
+    # The metrics server, the client its reviews go through (metrics.auth), and a certificate of
+    # its own when the webhooks' is not there.
     metrics_server: GuardedServer | None = None
+    metrics_client: ApiClient | None = None
+    metrics_tls: tempfile.TemporaryDirectory[str] | None = None
 
     def start_workers(self, count: int) -> None:
         if not self.workers:
@@ -115,6 +125,10 @@ class Running:
         self.tasks.clear()
         if self.metrics_server is not None:
             await self.metrics_server.stop()
+        if self.metrics_client is not None:
+            await self.metrics_client.close()
+        if self.metrics_tls is not None:
+            self.metrics_tls.cleanup()
         if self.status_server is not None:
             await self.status_server.stop()
         if self.status_client is not None:
@@ -251,16 +265,13 @@ class Operator:
         period = self.config.controller.sync_period_seconds
         if period > 0:
             running.tasks.append(asyncio.create_task(self.router.resync(period), name="resync"))
-        if self.serve_metrics:
-            address = self.config.metrics.bind_address
-            metrics_server = self.metrics.server(*split_address(address))
+        if self.serve_metrics and self.config.metrics.enabled:
             try:
-                await metrics_server.start()
-            except OSError as exc:
+                await self._start_metrics_server(running)
+            except BaseException:
                 self.running = None
                 await running.stop()
-                raise StartupError(f"metrics.bindAddress {address}: cannot listen: {exc}") from exc
-            running.metrics_server = metrics_server
+                raise
         if self.tls is not None:
             running.tasks.append(asyncio.create_task(self.tls.reloader.watch(), name="certificate-reloader"))
         if certificate is not None:
@@ -347,6 +358,38 @@ class Operator:
         )
         await server.start()
         running.status_server = server
+
+    async def _start_metrics_server(self, running: Running) -> None:
+        """``/metrics`` (controller/metrics.py), on every replica: over HTTPS with the webhooks'
+        certificate, or one of its own for ``localhost`` when the webhooks are off (as
+        controller-runtime makes one); to the callers the API server authorizes with ``auth``."""
+        settings = self.config.metrics
+        address = settings.bind_address
+        context: ssl.SSLContext | None = None
+        if settings.secure_serving:
+            if self.tls is not None:  # renewed in place, with the webhooks'
+                reloader = self.tls.reloader
+            else:
+                running.metrics_tls = _self_signed("localhost", "metrics")
+                directory = running.metrics_tls.name
+                reloader = CertificateReloader(f"{directory}/tls.crt", f"{directory}/tls.key")
+            context = reloader.context
+            context.load_cert_chain(reloader.certfile, reloader.keyfile)
+        auth: MetricsAuth | None = None
+        if settings.authenticated:
+            # Its own client: scrapes never spend the reconciler's budget.
+            running.metrics_client = self._observed(
+                ApiClient.from_credentials(
+                    running.credentials, qps=METRICS_AUTH_QPS, burst=METRICS_AUTH_BURST
+                )
+            )
+            auth = MetricsAuth(running.metrics_client)
+        server = self.metrics.server(*split_address(address), ssl_context=context, auth=auth)
+        try:
+            await server.start()
+        except OSError as exc:
+            raise StartupError(f"metrics.bindAddress {address}: cannot listen: {exc}") from exc
+        running.metrics_server = server
 
     def _elector(self, credentials: Credentials, namespace: str) -> Elector:
         """The Lease campaign: while this replica leads, the workers run; the moment it stops, they stop.
@@ -525,17 +568,17 @@ async def _check_prerequisites(client: ApiClient) -> None:
             raise
 
 
-def _self_signed(advertise_host: str | None) -> tempfile.TemporaryDirectory[str]:
+def _self_signed(advertise_host: str | None, purpose: str = "webhook") -> tempfile.TemporaryDirectory[str]:
     """A certificate for a run without one (outside the chart, which mounts one).
 
     kopf would make one only with an optional package (certbuilder); ours uses cryptography,
     which the operator depends on anyway. The API server trusts it through the caBundle of the
     configurations the operator manages (webhook.manageConfiguration).
     """
-    directory = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
+    directory = tempfile.TemporaryDirectory(prefix=f"trainer-{purpose}-")
     hosts = sorted({advertise_host or "localhost", "localhost", "127.0.0.1"})
     write_self_signed(Path(directory.name), hosts)
-    logger.info("webhooks: no certDir configured; serving a self-signed certificate for %s", hosts)
+    logger.info("%s: no certificate configured; serving a self-signed one for %s", purpose, hosts)
     return directory
 
 
