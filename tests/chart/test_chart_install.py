@@ -10,7 +10,10 @@ have refused it nothing (no 403 in its audit log).
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import http.client
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -149,8 +152,9 @@ def test_rbac_is_exactly_what_the_operator_used(release: h.Installed, scenario: 
         b
         for b in h.find(release.objects, "ClusterRoleBinding") + h.find(release.objects, "RoleBinding")
         if {"kind": "ServiceAccount", "name": sa_name, "namespace": h.NAMESPACE} in b["subjects"]
-        # The webhook certificate's grants are by name (test_certificate_rbac_is_by_name_and_used).
-        and b["metadata"]["name"] != CERTIFICATE_RBAC
+        # The webhook certificate's grants are by name (test_certificate_rbac_is_by_name_and_used);
+        # the metrics reviews are used by scrapes (test_metrics_are_served_over_https_to_readers_only).
+        and b["metadata"]["name"] not in (CERTIFICATE_RBAC, METRICS_AUTH_RBAC)
     ]
     assert sorted((b["kind"], b["roleRef"]["kind"]) for b in bound) == [
         ("ClusterRoleBinding", "ClusterRole"),
@@ -275,6 +279,99 @@ def test_the_admission_policy_holds_the_operator_to_trainjob_children(release: h
 
 
 CERTIFICATE_RBAC = "kubeflow-trainer-webhook-certificate"
+
+
+METRICS_AUTH_RBAC = "kubeflow-trainer-metrics-auth"
+METRICS_READER = "kubeflow-trainer-metrics-reader"
+
+
+def scrape(port: int, ca: str, token: str | None) -> tuple[int, str, list[str]]:
+    """GET /metrics over TLS, the certificate checked against ``ca``; its DNS names returned."""
+    context = ssl.create_default_context(cadata=ca)
+    context.check_hostname = False  # the names are checked by the caller: the Service's, not 127.0.0.1
+    connection = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=30)
+    try:
+        connection.request("GET", "/metrics", headers={"Authorization": f"Bearer {token}"} if token else {})
+        response = connection.getresponse()
+        assert isinstance(connection.sock, ssl.SSLSocket)
+        peer = connection.sock.getpeercert() or {}
+        names = [str(value) for kind, value in peer.get("subjectAltName", ()) if kind == "DNS"]
+        return response.status, response.read().decode(), names
+    finally:
+        connection.close()
+
+
+def test_metrics_are_served_over_https_to_readers_only(
+    release: h.Installed, scenario: h.ScenarioResult
+) -> None:
+    """Finding 8: the metrics were plain HTTP to anyone. Now HTTPS with the webhook certificate, and
+    only to callers the real API server authenticates and authorizes to get /metrics, with the
+    RBAC the chart grants for it, exactly (docs/security.md)."""
+    server, user = release.server, release.operator_user
+    port = release.operator.port("metrics")
+    with pytest.raises((ConnectionError, http.client.HTTPException)):
+        plain = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        plain.request("GET", "/metrics")
+        plain.getresponse().read()
+    if not isinstance(server, RealCluster):
+        return  # the stand-in serves no TokenReview or SubjectAccessReview: the real ones below
+    secret = server.get("v1", "Secret", h.webhook_secret_name(release.deployment, server), h.NAMESPACE)
+    ca = base64.b64decode(secret["data"]["ca.crt"]).decode()
+    ns = h.SCENARIO_NAMESPACE
+    for name in ("prometheus", "nosy"):
+        with contextlib.suppress(APIError):
+            server.create(
+                {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": ns}}
+            )
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "scrape-trainer"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": METRICS_READER},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}],
+    }
+    server.create(binding)
+    mark = server.audit_mark()
+    try:
+        tokens = {name: service_account_token(server, ns, name) for name in ("prometheus", "nosy")}
+        status, text, names = scrape(port, ca, tokens["prometheus"])
+        assert status == 200 and "controller_runtime_reconcile_total" in text, text[:300]
+        service = h.one(release.objects, "Service")["metadata"]["name"]
+        assert f"{service}.{h.NAMESPACE}.svc" in names, names
+        assert scrape(port, ca, tokens["prometheus"])[0] == 200, "kept verdicts"
+        status, text, _ = scrape(port, ca, tokens["nosy"])
+        assert (status, text) == (403, f"Authorization denied for user system:serviceaccount:{ns}:nosy\n")
+        assert scrape(port, ca, None)[:2] == (401, "Unauthorized\n")
+        forged = tokens["prometheus"][:-4] + "AAAA"
+        assert scrape(port, ca, forged)[:2] == (401, "Unauthorized\n")
+    finally:
+        server.delete("rbac.authorization.k8s.io/v1", "ClusterRoleBinding", "scrape-trainer")
+    calls = [r for r in server.audit_since(mark) if r.user == user]
+    used = {(r.resource, r.verb) for r in calls if r.resource in ("tokenreviews", "subjectaccessreviews")}
+    assert used == {("tokenreviews", "create"), ("subjectaccessreviews", "create")}
+    assert not [r for r in calls if r.status == 403]
+    # Two tokens reviewed, plus the forged one; each caller's access reviewed once: verdicts kept.
+    assert sum(r.resource == "tokenreviews" for r in calls) == 3
+    assert sum(r.resource == "subjectaccessreviews" for r in calls) == 2
+    role = h.one(release.objects, "ClusterRole", METRICS_AUTH_RBAC)
+    assert rbac_audit.permissions_from_rules(role["rules"]) == {
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    }
+
+
+def service_account_token(server: RealCluster, namespace: str, name: str) -> str:
+    """A token as a scraper's pod holds one (TokenRequest, the API server's own audience)."""
+    issued: Obj = server.http.request(
+        "POST",
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {"expirationSeconds": 3600},
+        },
+    )
+    return str(issued["status"]["token"])
 
 
 def test_certificate_rbac_is_by_name_and_used(release: h.Installed, scenario: h.ScenarioResult) -> None:

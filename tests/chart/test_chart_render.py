@@ -81,7 +81,18 @@ TOGGLES: dict[str, Obj] = {
     },
     "grafana-dashboard": {"grafanaDashboard": {"enabled": True, "namespace": "monitoring"}},
     "service-monitor": {
-        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "30s"}
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}, "interval": "30s"},
+        "metricsReader": {
+            "subjects": [{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}]
+        },
+    },
+    "metrics-plain": {
+        "manager": {"config": {"metrics": {"bindAddress": ":8080", "secureServing": False}}},
+        "serviceMonitor": {"enabled": True},
+    },
+    "metrics-off": {
+        "manager": {"config": {"metrics": {"bindAddress": "0"}}},
+        "serviceMonitor": {"enabled": True},
     },
     "runtimes-off": all_runtimes(False),
     "runtimes-default-enabled": h.merge(all_runtimes(False), {"runtimes": {"defaultEnabled": True}}),
@@ -688,16 +699,80 @@ def test_public_configmap_is_what_the_sandbox_installs(default: list[Obj]) -> No
 # --- metrics ------------------------------------------------------------------------------------
 
 
-def test_service_monitor_scrapes_the_metrics_port(rendered: dict[str, list[Obj]]) -> None:
+def test_service_monitor_scrapes_over_https_with_a_token_and_a_checked_certificate(
+    rendered: dict[str, list[Obj]],
+) -> None:
     assert h.find(rendered["defaults"], "ServiceMonitor") == []
     objects = rendered["service-monitor"]
     monitor = h.one(objects, "ServiceMonitor")
     service = h.one(objects, "Service")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == "metrics"]
+    assert port["port"] == 8443
     endpoint = monitor["spec"]["endpoints"][0]
-    assert endpoint == {"port": "metrics", "scheme": "http", "path": "/metrics", "interval": "30s"}
-    assert "metrics" in {p["name"] for p in service["spec"]["ports"]}
+    # The operator's certificate is checked against the CA of the Secret it keeps it in, by the
+    # Service's name, which that certificate carries.
+    config = operator_config(objects)
+    assert endpoint == {
+        "port": "metrics",
+        "path": "/metrics",
+        "scheme": "https",
+        "tlsConfig": {
+            "serverName": f"{service['metadata']['name']}.{h.NAMESPACE}.svc",
+            "ca": {"secret": {"name": config.cert_management.webhook_secret_name, "key": "ca.crt"}},
+        },
+        "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+        "interval": "30s",
+    }
+    assert (config.metrics.secure_serving, config.metrics.authenticated) == (True, True)
+
+
+def test_plain_metrics_are_scraped_over_http_and_none_can_be_turned_off(
+    rendered: dict[str, list[Obj]],
+) -> None:
+    plain = rendered["metrics-plain"]
+    assert h.one(plain, "ServiceMonitor")["spec"]["endpoints"][0] == {
+        "port": "metrics",
+        "path": "/metrics",
+        "scheme": "http",
+    }
+    config = operator_config(plain)
+    assert (config.metrics.bind_address, config.metrics.secure_serving, config.metrics.authenticated) == (
+        ":8080",
+        False,
+        False,
+    )
+    assert not [o for o in plain if o["metadata"]["name"].startswith("kubeflow-trainer-metrics-")]
+    off = rendered["metrics-off"]
+    assert h.find(off, "ServiceMonitor") == []
+    assert "metrics" not in {p["name"] for p in h.one(off, "Service")["spec"]["ports"]}
+    container = h.one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert "metrics" not in {p["name"] for p in container["ports"]}
+    assert not operator_config(off).metrics.enabled
+
+
+def test_metrics_rbac_lets_the_operator_ask_and_the_readers_read(rendered: dict[str, list[Obj]]) -> None:
+    defaults = rendered["defaults"]
+    reader = h.one(defaults, "ClusterRole", "kubeflow-trainer-metrics-reader")
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    assert h.find(defaults, "ClusterRoleBinding", "kubeflow-trainer-metrics-reader") == []
+    auth = h.one(defaults, "ClusterRole", "kubeflow-trainer-metrics-auth")
+    assert auth["rules"] == [
+        {"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]},
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]
+    service_account = h.one(defaults, "Deployment")["spec"]["template"]["spec"]["serviceAccountName"]
+    binding = h.one(defaults, "ClusterRoleBinding", "kubeflow-trainer-metrics-auth")
+    assert binding["roleRef"]["name"] == auth["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": service_account, "namespace": h.NAMESPACE}
+    ]
+    readers = h.one(rendered["service-monitor"], "ClusterRoleBinding", "kubeflow-trainer-metrics-reader")
+    assert readers["roleRef"]["name"] == "kubeflow-trainer-metrics-reader"
+    assert readers["subjects"] == [
+        {"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}
+    ]
 
 
 # --- runtimes -----------------------------------------------------------------------------------
@@ -970,3 +1045,9 @@ def test_the_grafana_dashboard_reads_only_metrics_the_operator_exports() -> None
     }
     assert len(dashboard["panels"]) >= 10 and queried
     assert queried <= exported, f"queried but never exported: {sorted(queried - exported)}"
+
+
+def operator_config(objects: list[Obj]) -> Configuration:
+    """The Configuration the operator reads from this render (refusing unknown fields)."""
+    text = h.one(objects, "ConfigMap", "kubeflow-trainer-config")["data"]["config.yaml"]
+    return Configuration.model_validate(yaml.safe_load(text))

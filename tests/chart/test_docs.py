@@ -82,7 +82,7 @@ def test_documented_built_in_objects_are_valid(path: Path) -> None:
 def test_documented_values_are_the_charts(path: Path) -> None:
     text = path.read_text()
     values: dict[str, Any] = {}
-    for key, value in re.findall(r"--set ([A-Za-z0-9_.]+)=(\S+)", text):
+    for key, value in re.findall(r"--set ([A-Za-z0-9_.]+)=([^\s`]+)", text):
         node = values
         *parents, last = key.split(".")
         for part in parents:
@@ -98,7 +98,8 @@ def test_documented_values_are_the_charts(path: Path) -> None:
     with helm.Chart.load(h.CHART) as chart:
         chart.validate_schema(values)
     for key in re.findall(
-        r"`((?:runtimes|manager|webhook|certManager|serviceMonitor|crds|image)\.[A-Za-z0-9_.]+)", text
+        r"`((?:runtimes|manager|webhook|certManager|serviceMonitor|metricsReader|crds|image)\.[A-Za-z0-9_.]+)",
+        text,
     ):
         node: Any = yaml.safe_load((h.CHART / "values.yaml").read_text())
         for part in key.split("."):

@@ -116,6 +116,17 @@ Ports and addresses from manager.config: ":8080" -> 8080; ":8081" -> "0.0.0.0:80
 {{- regexReplaceAll "^.*:" . "" }}
 {{- end }}
 
+{{- /* "true" when the operator serves metrics (bindAddress "0": none). */ -}}
+{{- define "trainer.metrics.enabled" -}}
+{{- if ne (toString .Values.manager.config.metrics.bindAddress) "0" }}true{{ end }}
+{{- end }}
+
+{{- /* "true" when only callers the API server authorizes read them: auth over HTTPS only. */ -}}
+{{- define "trainer.metrics.auth" -}}
+{{- $m := .Values.manager.config.metrics }}
+{{- if and (include "trainer.metrics.enabled" .) $m.secureServing $m.auth.enabled }}true{{ else }}false{{ end }}
+{{- end }}
+
 {{- define "trainer.listenAddress" -}}
 {{- if hasPrefix ":" . }}{{ printf "0.0.0.0%s" . }}{{ else }}{{ . }}{{ end }}
 {{- end }}
@@ -172,6 +183,9 @@ certManagement:
 {{- end }}
 metrics:
   bindAddress: {{ $c.metrics.bindAddress | quote }}
+  secureServing: {{ $c.metrics.secureServing }}
+  auth:
+    enabled: {{ include "trainer.metrics.auth" . | eq "true" }}
 health:
   healthProbeBindAddress: {{ $c.health.healthProbeBindAddress | quote }}
 leaderElection:
