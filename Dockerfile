@@ -3,10 +3,12 @@
 #
 #   docker build -t trainer-operator:0.1.0 .
 #
-# BASE_IMAGE: a Python 3.11 image with venv and `python` on PATH, for builds where Docker Hub
-# cannot be reached (scripts/cluster builds this file with buildah on a base made from Debian's
-# packages). PIP_INDEX_URL and PIP_CERT: for builds behind a mirror or a TLS-inspecting proxy.
-ARG BASE_IMAGE=python:3.11.14-slim-bookworm
+# BASE_IMAGE: pinned by tag and by the digest of that tag's multi-platform index, so a rebuilt tag
+# never changes the image under us (update both together). Any Python 3.11 image with venv and
+# `python` on PATH will do for builds where Docker Hub cannot be reached (scripts/cluster builds
+# this file with buildah on a base made from Debian's packages). PIP_INDEX_URL and PIP_CERT: for
+# builds behind a mirror or a TLS-inspecting proxy.
+ARG BASE_IMAGE=python:3.11.14-slim-bookworm@sha256:65a93d69fa75478d554f4ad27c85c1e69fa184956261b4301ebaf6dbb0a3543d
 
 # Build stage: install the project and its dependencies into a virtual environment.
 FROM ${BASE_IMAGE} AS build
