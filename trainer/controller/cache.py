@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.runtime.info import Facts
+from trainer.runtime.info import Facts, controlled_by, trainjob_controller
 
 TrainJobKey = tuple[str, str]
 
@@ -69,16 +69,13 @@ class Cache(Facts):
 
     def controlled(self, obj: Obj) -> bool:
         """Whether a TrainJob this cache holds is ``obj``'s controller (by name and uid)."""
-        meta = obj.get("metadata") or {}
-        for ref in meta.get("ownerReferences") or []:
-            if (
-                ref.get("controller") is True
-                and ref.get("kind") == c.TRAINJOB_KIND
-                and str(ref.get("apiVersion", "")).startswith(c.GROUP + "/")
-            ):
-                owner = self.trainjobs.get((meta.get("namespace") or "default", str(ref.get("name"))))
-                return owner is not None and owner["metadata"].get("uid") == ref.get("uid")
-        return False
+        ref = trainjob_controller(obj)
+        if ref is None:
+            return False
+        owner = self.trainjobs.get(
+            ((obj.get("metadata") or {}).get("namespace") or "default", str(ref.get("name")))
+        )
+        return owner is not None and controlled_by(obj, owner)
 
     def replace(
         self,
@@ -161,13 +158,9 @@ def slim(obj: Obj) -> Obj:
 def owner_trainjob(obj: Obj) -> TrainJobKey | None:
     """The TrainJob that controls a child, by owner reference (or our label, for safety)."""
     meta = obj.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or []:
-        if (
-            ref.get("kind") == c.TRAINJOB_KIND
-            and ref.get("controller")
-            and str(ref.get("apiVersion", "")).startswith(c.GROUP)
-        ):
-            return (meta.get("namespace") or "default", ref["name"])
+    ref = trainjob_controller(obj)
+    if ref is not None and ref.get("name"):
+        return (meta.get("namespace") or "default", str(ref["name"]))
     label = (meta.get("labels") or {}).get(c.TRAINJOB_NAME_LABEL)
     if label:
         return (meta.get("namespace") or "default", label)

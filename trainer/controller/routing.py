@@ -20,6 +20,7 @@ from trainer.api.objects import Obj
 from trainer.controller.cache import Cache, owner_trainjob, slim
 from trainer.controller.reconciler import WorkQueue
 from trainer.controller.resources import Resource, Resources, Role
+from trainer.runtime.info import trainjob_controller
 
 logger = logging.getLogger("trainer.operator")
 
@@ -162,10 +163,8 @@ class Router:
 
 def owner_trainjob_uid(obj: Obj) -> str | None:
     """The uid of the TrainJob an object's controller reference names, if one does."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") is True and ref.get("kind") == c.TRAINJOB_KIND and ref.get("uid"):
-            return str(ref["uid"])
-    return None
+    ref = trainjob_controller(obj)
+    return str(ref["uid"]) if ref is not None and ref.get("uid") else None
 
 
 def _typed(obj: Obj, resource: Resource) -> Obj:

@@ -241,8 +241,7 @@ class _Accepted(asyncio.Protocol):
             if tls is not None:
                 tls.abort()
             return
-        server_waiting = self.server.waiting
-        server_waiting.pop(handler, None)
+        self.server.waiting.pop(handler, None)
         handler.connection_made(tls)
 
     def data_received(self, data: bytes) -> None:

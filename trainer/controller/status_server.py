@@ -48,7 +48,7 @@ from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.reviews import Busy, RateLimits, Slots, Verdicts, bearer, digest
 from trainer.controller.reviews import ReviewError as AuthenticationError
 from trainer.controller.serving import BodyTooLarge, GuardedServer, Limits, read_body
-from trainer.runtime.info import Facts, StatusServer, controlled_by
+from trainer.runtime.info import Facts, StatusServer, controlled_by, controller_ref
 
 logger = logging.getLogger("trainer.status-server")
 
@@ -386,14 +386,14 @@ class TokenReviewAuthenticator:
         pod = await self._get(f"/api/v1/namespaces/{namespace}/pods/{pod_name}")
         if pod is None or pod["metadata"].get("uid") != pod_uid:
             return False
-        job_ref = _controller(pod, "Job", "batch/")
-        if job_ref is None:
+        job_ref = controller_ref(pod, "Job", "batch")
+        if job_ref is None or not job_ref.get("name"):
             return False
         job = await self._get(f"/apis/batch/v1/namespaces/{namespace}/jobs/{job_ref['name']}")
         if job is None or job["metadata"].get("uid") != job_ref.get("uid"):
             return False
-        jobset_ref = _controller(job, c.JOBSET_KIND, c.JOBSET_GROUP + "/")
-        if jobset_ref is None:
+        jobset_ref = controller_ref(job, c.JOBSET_KIND, c.JOBSET_GROUP)
+        if jobset_ref is None or not jobset_ref.get("name"):
             return False
         jobset_name = str(jobset_ref["name"])
         # From this replica's cache; one it does not hold yet (a watch running behind) is read by
@@ -427,16 +427,6 @@ class TokenReviewAuthenticator:
             if exc.code == 404:
                 return None
             raise AuthenticationError(str(exc)) from exc
-
-
-def _controller(obj: Obj, kind: str, api_prefix: str) -> Obj | None:
-    """``obj``'s controller ownerReference when it is a ``kind`` of that API group, else None."""
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") is True:
-            found: Obj = ref
-            ok = ref.get("kind") == kind and str(ref.get("apiVersion", "")).startswith(api_prefix)
-            return found if ok and ref.get("name") else None
-    return None
 
 
 # --- the CA the pods are given --------------------------------------------------------------------

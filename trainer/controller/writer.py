@@ -202,9 +202,10 @@ class StaleCache(Exception):
 
 
 def _metadata_of(stored: Obj, sent: Obj) -> Obj:
-    """What is cached of a create-only child: its metadata, never its data (key material has no
-    business in the operator's memory once written)."""
-    return {"apiVersion": sent["apiVersion"], "kind": sent["kind"], "metadata": stored.get("metadata") or {}}
+    """What is cached of a create-only child: its identity and ownership (cache.slim), never its
+    data (key material has no business in the operator's memory once written). ``stored`` may be
+    a PartialObjectMetadata: the kind is the one sent."""
+    return slim({**stored, "apiVersion": sent["apiVersion"], "kind": sent["kind"]})
 
 
 def _with_kind(stored: Obj, sent: Obj) -> Obj:

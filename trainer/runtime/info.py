@@ -260,17 +260,34 @@ class Info:
         return found
 
 
+def controller_ref(obj: Obj, kind: str | None = None, group: str | None = None) -> Obj | None:
+    """``obj``'s controller ownerReference (the API server allows one), or None; given ``kind``
+    and ``group``, only when it names an object of that kind in that API group ("" the core)."""
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller") is True:
+            if kind is not None and ref.get("kind") != kind:
+                return None
+            if group is not None:
+                api_version = str(ref.get("apiVersion", ""))
+                ref_group = api_version.rpartition("/")[0] if "/" in api_version else ""
+                if ref_group != group:
+                    return None
+            found: Obj = ref
+            return found
+    return None
+
+
+def trainjob_controller(obj: Obj) -> Obj | None:
+    """``obj``'s controller ownerReference when it names a TrainJob (of any uid), else None."""
+    return controller_ref(obj, c.TRAINJOB_KIND, c.GROUP)
+
+
 def controlled_by(obj: Obj, trainjob_obj: Obj) -> bool:
     """Whether ``obj`` has this TrainJob (by uid) as its controller: the only children we write,
     mount or delete."""
     uid = (trainjob_obj.get("metadata") or {}).get("uid")
-    return bool(uid) and any(
-        ref.get("controller") is True
-        and ref.get("kind") == c.TRAINJOB_KIND
-        and str(ref.get("apiVersion", "")).startswith(c.GROUP + "/")
-        and ref.get("uid") == uid
-        for ref in (obj.get("metadata") or {}).get("ownerReferences") or []
-    )
+    ref = trainjob_controller(obj)
+    return bool(uid) and ref is not None and ref.get("uid") == uid
 
 
 def owner_reference(trainjob: TrainJob) -> Obj:

@@ -18,7 +18,7 @@ from trainer.api.views import TrainingRuntime, TrainJob
 from trainer.runtime import conditions as cond
 from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
-from trainer.runtime.info import ChildConflict, Facts, PluginError, controlled_by
+from trainer.runtime.info import ChildConflict, Facts, PluginError, controlled_by, controller_ref
 from trainer.runtime.snapshot import read_snapshot, snapshot_configmap, snapshot_name
 
 EVENT_RESOURCES_FAILED = "TrainJobResourcesCreationFailed"
@@ -337,10 +337,10 @@ def check_control(trainjob_obj: Obj, facts: Facts, built: list[Obj], kept: list[
 
 
 def _controller_of(obj: Obj) -> str:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") is True:
-            return f"controlled by {ref.get('kind')} {ref.get('name')} uid {ref.get('uid')}"
-    return "it has no controller"
+    ref = controller_ref(obj)
+    if ref is None:
+        return "it has no controller"
+    return f"controlled by {ref.get('kind')} {ref.get('name')} uid {ref.get('uid')}"
 
 
 _PINNED: dict[tuple[str, str, str], Obj] = {}
