@@ -279,6 +279,29 @@ def test_strict_lint_is_clean(toggle: str) -> None:
             {"manager": {"networkPolicy": {"webhook": {"restrict": True}}}},
             "manager.networkPolicy.webhook.from",
         ),
+        # Two servers on one port: a Service the API server refuses, an operator that cannot bind.
+        (
+            {"manager": {"config": {"metrics": {"bindAddress": ":9443"}}}},
+            "manager.config.webhook.port and manager.config.metrics.bindAddress are both port 9443",
+        ),
+        (
+            {
+                "manager": {
+                    "config": {"featureGates": {"TrainJobStatus": True}, "statusServer": {"port": 8443}}
+                }
+            },
+            "manager.config.metrics.bindAddress and manager.config.statusServer.port are both port 8443",
+        ),
+        # That Secret holds no CA to check the operator's certificate against.
+        (
+            {
+                "webhook": {"existingSecret": {"name": "corp", "caBundle": CA_BUNDLE}},
+                "serviceMonitor": {"enabled": True},
+            },
+            "serviceMonitor.tlsConfig is needed with webhook.existingSecret",
+        ),
+        # A ClusterRoleBinding to a ServiceAccount without its namespace is refused at install.
+        ({"metricsReader": {"subjects": [{"kind": "ServiceAccount", "name": "prometheus"}]}}, "namespace"),
     ],
 )
 def test_values_schema_refuses(values: Obj, complaint: str) -> None:
@@ -750,6 +773,17 @@ def test_plain_metrics_are_scraped_over_http_and_none_can_be_turned_off(
     container = h.one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "metrics" not in {p["name"] for p in container["ports"]}
     assert not operator_config(off).metrics.enabled
+
+
+def test_values_of_an_earlier_chart_still_get_authorized_https_metrics() -> None:
+    """`helm upgrade --reuse-values` from a release of a chart without these keys: they are absent
+    (null removes a default, as a values file without them leaves them out)."""
+    objects = h.render(
+        {"manager": {"config": {"metrics": {"secureServing": None, "auth": None}}}, "metricsReader": None}
+    )
+    config = operator_config(objects)
+    assert (config.metrics.secure_serving, config.metrics.authenticated) == (True, True)
+    assert h.one(objects, "ClusterRole", "kubeflow-trainer-metrics-auth")
 
 
 def test_metrics_rbac_lets_the_operator_ask_and_the_readers_read(rendered: dict[str, list[Obj]]) -> None:

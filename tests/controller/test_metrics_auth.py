@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import ssl
 import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import requests
 from pydantic import ValidationError
@@ -193,6 +196,79 @@ def test_one_client_address_is_limited_before_its_token_is_looked_at(
     assert cluster.paths() == [TOKENS] * 3, "the limited requests reached no TokenReview"
 
 
+def test_one_review_more_than_the_bound_is_answered_429_at_once_not_queued(tmp_path: Path) -> None:
+    class Slow(Cluster):
+        async def request(self, method: str, path: str, body: Obj | None = None, **kwargs: Any) -> Obj:
+            await asyncio.sleep(1.5)
+            return await super().request(method, path, body, **kwargs)
+
+    served = Served(tmp_path, Slow())
+    try:
+        with ThreadPoolExecutor(MAX_REVIEWS + 1) as pool:
+            slow = [pool.submit(served.get, f"junk-{i}") for i in range(MAX_REVIEWS)]
+            time.sleep(0.5)  # the bound's reviews are under way
+            started = time.monotonic()
+            one_more = served.get("one-more")
+            waited = time.monotonic() - started
+            codes = [f.result().status_code for f in slow]
+    finally:
+        served.stop()
+    assert (one_more.status_code, one_more.headers["Retry-After"]) == (429, "1")
+    assert waited < 1.0, f"answered at once, not queued behind the reviews ({waited:.2f} s)"
+    assert codes == [401] * MAX_REVIEWS
+
+
+def test_a_failed_authorization_review_is_an_internal_error_naming_the_user(
+    served: Served, cluster: Cluster
+) -> None:
+    original = cluster.request
+
+    async def failing_access(method: str, path: str, body: Obj | None = None, **kw: Any) -> Obj:
+        if path == ACCESS:
+            raise ApiError(500, {"reason": "InternalError", "message": "etcd is away"})
+        return await original(method, path, body, **kw)
+
+    cluster.request = failing_access  # type: ignore[method-assign]
+    response = served.get("prometheus-token")
+    assert (response.status_code, response.text) == (500, f"Authorization for user {PROMETHEUS} failed\n")
+
+
+@pytest.mark.parametrize(
+    "failure,text",
+    [
+        (aiohttp.ClientConnectionError("refused"), "Authentication failed\n"),  # the client gave up
+        (TimeoutError(), "Authentication failed\n"),
+        (RuntimeError("a bug"), "Internal Server Error\n"),  # never aiohttp's page and traceback
+    ],
+)
+def test_any_failure_is_a_plain_500(served: Served, cluster: Cluster, failure: Exception, text: str) -> None:
+    async def failing(method: str, path: str, body: Obj | None = None, **kw: Any) -> Obj:
+        raise failure
+
+    cluster.request = failing  # type: ignore[method-assign]
+    response = served.get("prometheus-token")
+    assert (response.status_code, response.text) == (500, text)
+    assert "prometheus-token" not in response.text
+
+
+def test_a_refusal_of_an_expired_token_is_kept_too(cluster: Cluster) -> None:
+    now = [1000.0]
+    expired = "a.eyJleHAiOiA5MDB9.c"  # exp = 900: refused by the API server, and kept a minute
+    auth = MetricsAuth(cluster, clock=lambda: now[0], wall=lambda: now[0])  # type: ignore[arg-type]
+    for _ in range(3):
+        assert asyncio.run(auth.user(expired)) is None
+    assert len(cluster.requests) == 1
+
+
+def test_without_auth_nothing_is_asked_or_limited(tmp_path: Path) -> None:
+    served = Served(tmp_path, None, RateLimits(qps=0.001, burst=3))
+    try:
+        codes = [served.get().status_code for _ in range(5)]
+    finally:
+        served.stop()
+    assert codes == [200] * 5, "no review to spare: the port's own bounds are the limit"
+
+
 def test_reviews_under_way_are_bounded_and_one_more_is_busy(cluster: Cluster) -> None:
     release = asyncio.Event()
 
@@ -216,7 +292,7 @@ def test_reviews_under_way_are_bounded_and_one_more_is_busy(cluster: Cluster) ->
 
 def test_verdicts_are_kept_as_controller_runtime_keeps_them(cluster: Cluster) -> None:
     now = [1000.0]
-    auth = MetricsAuth(cluster, clock=lambda: now[0])  # type: ignore[arg-type]
+    auth = MetricsAuth(cluster, clock=lambda: now[0], wall=lambda: now[0])  # type: ignore[arg-type]
 
     def user(token: str) -> User | None:
         return asyncio.run(auth.user(token))
@@ -247,7 +323,7 @@ def test_a_token_is_never_kept_past_its_expiry(cluster: Cluster) -> None:
     now = [1000.0]
     token = "a.eyJleHAiOiAxMDEwfQ.c"  # exp = 1010
     cluster.tokens[token] = {"username": PROMETHEUS}
-    auth = MetricsAuth(cluster, clock=lambda: now[0])  # type: ignore[arg-type]
+    auth = MetricsAuth(cluster, clock=lambda: now[0], wall=lambda: now[0])  # type: ignore[arg-type]
     assert asyncio.run(auth.user(token)) is not None
     now[0] = 1011.0
     del cluster.tokens[token]
@@ -298,3 +374,68 @@ def test_a_bind_address_that_is_not_one_is_refused_by_name(address: str) -> None
 
 def test_bind_address_zero_serves_no_metrics() -> None:
     assert not Configuration.model_validate({"metrics": {"bindAddress": "0"}}).metrics.enabled
+
+
+@pytest.mark.parametrize(
+    "config,fields",
+    [
+        ({"metrics": {"bindAddress": ":9443"}}, "webhook.port and metrics.bindAddress"),
+        ({"health": {"healthProbeBindAddress": "127.0.0.1:8443"}}, "metrics.bindAddress and health"),
+        (
+            {"featureGates": {"TrainJobStatus": True}, "statusServer": {"port": 8443}},
+            "metrics.bindAddress and statusServer.port",
+        ),
+    ],
+)
+def test_two_servers_on_one_port_are_refused_naming_both(config: Obj, fields: str) -> None:
+    with pytest.raises(ValidationError, match=fields):
+        Configuration.model_validate(config)
+
+
+def test_servers_off_or_on_other_hosts_do_not_collide() -> None:
+    Configuration.model_validate({"metrics": {"bindAddress": "0"}, "health": {"healthProbeBindAddress": "0"}})
+    Configuration.model_validate({"webhook": {"enabled": False}, "metrics": {"bindAddress": ":9443"}})
+    Configuration.model_validate(
+        {"metrics": {"bindAddress": "127.0.0.1:9000"}, "health": {"healthProbeBindAddress": "127.0.0.2:9000"}}
+    )
+    # The status server's port is free while its gate is off.
+    Configuration.model_validate({"statusServer": {"port": 8443}})
+
+
+def test_without_webhooks_the_operator_serves_https_with_a_certificate_of_its_own() -> None:
+    """controller-runtime makes a self-signed certificate for localhost when it has none; so does
+    the operator, in a directory of its own that goes when the server does."""
+    from types import SimpleNamespace
+
+    from trainer_sandbox.ports import free_port
+
+    from trainer.controller.operator import Operator
+
+    port = free_port()
+    config = Configuration.model_validate(
+        {
+            "webhook": {"enabled": False},
+            "metrics": {"bindAddress": f"127.0.0.1:{port}", "auth": {"enabled": False}},
+        }
+    )
+    running = SimpleNamespace(metrics_server=None, metrics_client=None, metrics_tls=None)
+
+    async def main() -> tuple[int, str]:
+        await Operator(config=config)._start_metrics_server(running)  # type: ignore[arg-type]
+        try:
+            context = ssl.create_default_context(cafile=f"{running.metrics_tls.name}/tls.crt")
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(f"https://localhost:{port}/metrics", ssl=context) as response,
+            ):
+                return response.status, await response.text()
+        finally:
+            await running.metrics_server.stop()
+
+    status, text = asyncio.run(main())
+    assert status == 200 and "controller_runtime_reconcile_total" in text
+    assert running.metrics_client is None, "no auth, no client"
+    directory = Path(running.metrics_tls.name)
+    assert directory.is_dir()
+    running.metrics_tls.cleanup()
+    assert not directory.exists()

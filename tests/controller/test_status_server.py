@@ -434,7 +434,7 @@ def test_token_review_checks(objects: dict[str, Obj], review: Obj, verdict: bool
 def test_an_accepted_token_is_kept_a_minute_at_most_and_never_past_its_expiry() -> None:
     now = [1000.0]
     client = CannedClient(world(), reviewed())
-    authenticator = TokenReviewAuthenticator(client, Facts(), clock=lambda: now[0])  # type: ignore[arg-type]
+    authenticator = TokenReviewAuthenticator(client, Facts(), clock=lambda: now[0], wall=lambda: now[0])  # type: ignore[arg-type]
     # exp = 1030: kept 30 s, not 60.
     token = "a.eyJleHAiOiAxMDMwfQ.c"
 
@@ -501,7 +501,7 @@ def test_the_ca_comes_from_the_certificate_secret_or_the_certificate_directory(t
 def test_a_refused_token_is_refused_again_without_asking_for_a_while() -> None:
     now = [1000.0]
     client = CannedClient(world(), reviewed(authenticated=False))
-    authenticator = TokenReviewAuthenticator(client, Facts(), clock=lambda: now[0])  # type: ignore[arg-type]
+    authenticator = TokenReviewAuthenticator(client, Facts(), clock=lambda: now[0], wall=lambda: now[0])  # type: ignore[arg-type]
 
     def check() -> bool:
         return asyncio.run(authenticator.authenticate("junk", "team", "job"))

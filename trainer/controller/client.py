@@ -188,6 +188,7 @@ class ApiClient:
         self.proxy = proxy  # an http:// proxy (a kubeconfig's proxy-url)
         self.limiter = RateLimiter(qps, burst)
         self.retries = retries
+        self.timeout = 30.0  # seconds each attempt may take, the answer read
         # Told of every attempt: (method, host, status code or None, seconds); the operator's
         # metrics (rest_client_requests_total, rest_client_request_duration_seconds).
         self.observer: Callable[[str, str, int | None, float], None] | None = None
@@ -318,7 +319,7 @@ class ApiClient:
                     params=params,
                     headers=self._request_headers(content_type if data is not None else None, accept),
                     ssl=self.ssl if self.ssl is not None else True,
-                    timeout=aiohttp.ClientTimeout(total=30),
+                    timeout=aiohttp.ClientTimeout(total=self.timeout),
                 ) as response:
                     # The status first: a proxy in front of the API server (a load balancer, an
                     # ingress) answers 502, 503 and 504 with an HTML page of its own.

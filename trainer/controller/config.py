@@ -7,6 +7,7 @@ same setting exists (``clientConnection``, ``controller``, ``webhook``, ``metric
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Literal
@@ -231,6 +232,28 @@ class Configuration(_Section):
     feature_gates: dict[str, bool] = Field(default_factory=dict, alias="featureGates")
     status_server: StatusServer = Field(default_factory=StatusServer, alias="statusServer")
     plugins: Plugins = Field(default_factory=Plugins)
+
+    @model_validator(mode="after")
+    def _distinct_ports(self) -> Configuration:
+        # Caught here, naming both fields, rather than as a bind failure once everything else started.
+        listeners: list[tuple[str, str, int]] = []
+        if self.webhook.enabled:
+            listeners.append(("webhook.port", self.webhook.host, self.webhook.port))
+        for field, address in (
+            ("metrics.bindAddress", self.metrics.bind_address),
+            ("health.healthProbeBindAddress", self.health.health_probe_bind_address),
+        ):
+            if address not in ("", "0"):
+                with contextlib.suppress(ValueError):  # the field's own check names a bad address
+                    listeners.append((field, *split_address(address)))
+        if self.feature_gates.get("TrainJobStatus"):
+            listeners.append(("statusServer.port", self.status_server.host, self.status_server.port))
+        for i, (field, host, port) in enumerate(listeners):
+            for other, other_host, other_port in listeners[:i]:
+                wildcard = {host, other_host} & {"", "0.0.0.0", "::"}
+                if port and port == other_port and (wildcard or host == other_host):
+                    raise ValueError(f"{other} and {field} both listen on port {port}")
+        return self
 
     @model_validator(mode="after")
     def _one_certificate_source(self) -> Configuration:

@@ -86,7 +86,7 @@ def liveness_endpoint(explicit: str | None, health_address: str) -> str | None:
     """``--liveness`` when given, else the Configuration's health probe address (as upstream)."""
     if explicit:
         return explicit
-    if not health_address:
+    if health_address in ("", "0"):  # upstream's two ways of serving no health probe
         return None
     from trainer.controller.config import split_address
 

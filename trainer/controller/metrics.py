@@ -18,9 +18,10 @@ from trainer.controller.reviews import RateLimits
 from trainer.controller.serving import GuardedServer, Limits
 
 # A scraper makes one small GET at a time; prometheus_client's own server started a thread for
-# every connection, without bound (controller/serving.py).
+# every connection, without bound (controller/serving.py). More requests in flight than reviews
+# under way (metrics_auth.MAX_REVIEWS), so one more than those is answered 429, never queued.
 LIMITS = Limits(
-    max_connections=16, head_seconds=10.0, idle_seconds=120.0, body_seconds=10.0, max_body=0, max_in_flight=4
+    max_connections=16, head_seconds=10.0, idle_seconds=120.0, body_seconds=10.0, max_body=0, max_in_flight=12
 )
 
 FRAMEWORKS = ("torch", "deepspeed", "mlx", "jax", "xgboost", "torchtune", "flux", "unknown", "other")

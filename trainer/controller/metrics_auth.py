@@ -11,10 +11,13 @@ What controller-runtime's ``filters.WithAuthenticationAndAuthorization`` does fo
    ``Authorization denied for user <name>``;
 4. as many reviews under way as it makes at once: 429; the API server cannot tell: 500.
 
-Verdicts are kept as controller-runtime keeps them: a token's for a minute (and never past its
-expiry), an authorization for five minutes, a refusal of one for 30 s. Plain text answers, as Go's
-``http.Error`` writes them. Requests it makes, with an API client of its own: ``create``
-TokenReviews and SubjectAccessReviews (the chart's ``<release>-metrics-auth`` ClusterRole).
+Plain text answers, as Go's ``http.Error`` writes them. Where ours differs from controller-runtime's
+filter (docs/decisions.md §metrics-auth): a token the API server refuses is 401 and the refusal is
+kept a minute (controller-runtime reads the refusal's ``status.error`` as a failure to authenticate:
+500, asked again on every scrape); an authorization is kept five minutes and a denial 30 s, as it
+keeps them; a header is a bearer token only as ``Bearer <token>``, nothing after it. Requests it
+makes, with an API client of its own: ``create`` TokenReviews and SubjectAccessReviews (the chart's
+``<release>-metrics-auth`` ClusterRole).
 """
 
 from __future__ import annotations
@@ -24,10 +27,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+import aiohttp
 from aiohttp import web
 
 from trainer.api.objects import Obj
 from trainer.controller.client import ApiClient, ApiError
+from trainer.controller.credentials import CredentialsError
 from trainer.controller.reviews import Busy, RateLimits, ReviewError, Slots, Verdicts, bearer, digest
 
 logger = logging.getLogger("trainer.metrics")
@@ -66,10 +71,15 @@ class User:
 class MetricsAuth:
     """TokenReview, then SubjectAccessReview, each remembered for a while."""
 
-    def __init__(self, client: ApiClient, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: ApiClient,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.client = client
-        self.users: Verdicts[User | None] = Verdicts(clock)  # wall time: token expiry claims are
-        self.decisions: Verdicts[bool] = Verdicts(clock)
+        self.users: Verdicts[User | None] = Verdicts(clock, wall)
+        self.decisions: Verdicts[bool] = Verdicts(clock, wall)
         self.slots = Slots(MAX_REVIEWS)
 
     async def user(self, token: str) -> User | None:
@@ -86,7 +96,8 @@ class MetricsAuth:
         with self.slots.take():
             status = await self._create("/apis/authentication.k8s.io/v1/tokenreviews", review)
         user = User.of(status.get("user") or {}) if status.get("authenticated") is True else None
-        self.users.keep(key, user, TOKEN_SECONDS, token)
+        # A refusal is kept its minute even for a token past its expiry: that is why it was refused.
+        self.users.keep(key, user, TOKEN_SECONDS, token if user is not None else None)
         return user
 
     async def allowed(self, user: User, verb: str, path: str) -> bool:
@@ -115,7 +126,9 @@ class MetricsAuth:
         try:
             answer = await self.client.request("POST", path, review)
         except ApiError as exc:
-            raise ReviewError(str(exc)) from exc
+            raise ReviewError(f"{exc.code} {exc.reason}".strip()) from None
+        except (aiohttp.ClientError, TimeoutError, CredentialsError) as exc:
+            raise ReviewError(type(exc).__name__) from None
         status: Obj = answer.get("status") or {}
         return status
 
@@ -129,15 +142,25 @@ def plain(status: int, text: str, headers: dict[str, str] | None = None) -> web.
 
 
 def guarded(handler: Handler, auth: MetricsAuth | None, client_limits: RateLimits | None = None) -> Handler:
-    """``handler`` behind the per-client limit, and, given ``auth``, authentication and authorization."""
+    """``handler`` behind authentication and authorization, given ``auth``, and the per-client limit
+    that spares the API server reviews. Without ``auth`` nothing is asked, and nothing is limited
+    but what the port bounds (controller/serving.py)."""
+    if auth is None:
+        return handler
     limits = client_limits or RateLimits(qps=PER_CLIENT_QPS, burst=PER_CLIENT_BURST)
 
     async def guard(request: web.Request) -> web.StreamResponse:
+        try:
+            return await _checked(request)
+        except Exception as exc:  # an answer, never aiohttp's page and traceback
+            logger.error("metrics: a request failed: %s", type(exc).__name__)
+            return plain(500, "Internal Server Error")
+
+    async def _checked(request: web.Request) -> web.StreamResponse:
+        assert auth is not None
         client = request.remote or ""
         if not limits.allow(client):
             return plain(429, "Too Many Requests", {"Retry-After": str(limits.retry_after(client))})
-        if auth is None:
-            return await handler(request)
         token = bearer(request.headers.get("Authorization", ""))
         try:
             user = await auth.user(token) if token is not None else None

@@ -378,12 +378,14 @@ class Operator:
         auth: MetricsAuth | None = None
         if settings.authenticated:
             # Its own client: scrapes never spend the reconciler's budget.
-            running.metrics_client = self._observed(
+            client = running.metrics_client = self._observed(
                 ApiClient.from_credentials(
                     running.credentials, qps=METRICS_AUTH_QPS, burst=METRICS_AUTH_BURST
                 )
             )
-            auth = MetricsAuth(running.metrics_client)
+            # A review holds one of a few slots: controller-runtime's 10 s, one retry, then a 500.
+            client.timeout, client.retries = 10.0, 1
+            auth = MetricsAuth(client)
         server = self.metrics.server(*split_address(address), ssl_context=context, auth=auth)
         try:
             await server.start()

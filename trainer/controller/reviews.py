@@ -32,7 +32,8 @@ class Busy(Exception):
 
 
 class ReviewError(Exception):
-    """The API server could not say (not a refusal: a 500)."""
+    """The API server could not say (not a refusal: a 500). Its message is the answer's code and
+    reason only: an answer's body is not ours to log."""
 
 
 def bearer(header: str) -> str | None:
@@ -85,10 +86,16 @@ class RateLimits:
 
 
 class Verdicts(Generic[V]):
-    """Answers kept until a time of their own; bounded (expired ones go first, then all)."""
+    """Answers kept until a time of their own; bounded (expired ones go first, then all).
 
-    def __init__(self, clock: Callable[[], float]) -> None:
-        self.clock = clock
+    Deadlines are on ``clock`` (monotonic: a wall clock stepped back by NTP would keep every
+    verdict longer); a token's expiry claim is wall time, read with ``wall`` and turned into a
+    duration when the verdict is kept."""
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
+    ) -> None:
+        self.clock, self.wall = clock, wall
         self._kept: dict[Hashable, tuple[V, float]] = {}
 
     def get(self, key: Hashable) -> tuple[V] | None:
@@ -103,13 +110,13 @@ class Verdicts(Generic[V]):
 
     def keep(self, key: Hashable, answer: V, seconds: float, token: str | None = None) -> None:
         """Keep ``answer`` for ``seconds``, and, given the token it is about, no longer than it lives."""
-        now = self.clock()
-        until = now + seconds
         expiry = token_expiry(token) if token is not None else None
         if expiry is not None:
-            until = min(until, expiry)
-        if until <= now:
+            seconds = min(seconds, expiry - self.wall())
+        if seconds <= 0:
             return
+        now = self.clock()
+        until = now + seconds
         if len(self._kept) >= MAX_KEYS:
             self._kept = {k: v for k, v in self._kept.items() if v[1] > now}
             if len(self._kept) >= MAX_KEYS:

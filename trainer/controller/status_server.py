@@ -336,11 +336,16 @@ class TokenReviewAuthenticator:
     uid, controlled by the TrainJob with the uid the TrainJob has now.
     """
 
-    def __init__(self, client: ApiClient, facts: Facts, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        client: ApiClient,
+        facts: Facts,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.client = client
         self.facts = facts
-        # Wall time: a token's expiry claim is.
-        self.verdicts: Verdicts[bool] = Verdicts(clock)
+        self.verdicts: Verdicts[bool] = Verdicts(clock, wall)
         self.slots = Slots(MAX_REVIEWS)
 
     async def authenticate(self, token: str, namespace: str, name: str) -> bool:
@@ -366,7 +371,7 @@ class TokenReviewAuthenticator:
         try:
             result = await self.client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", review)
         except ApiError as exc:
-            raise AuthenticationError(str(exc)) from exc
+            raise AuthenticationError(f"{exc.code} {exc.reason}".strip()) from None
         status = result.get("status") or {}
         if status.get("authenticated") is not True or audience not in (status.get("audiences") or []):
             return False
@@ -416,7 +421,7 @@ class TokenReviewAuthenticator:
                 "GET", collection, params={"fieldSelector": f"metadata.name={name}"}
             )
         except ApiError as exc:
-            raise AuthenticationError(str(exc)) from exc
+            raise AuthenticationError(f"{exc.code} {exc.reason}".strip()) from None
         items: list[Obj] = found.get("items") or []
         return items[0] if items else None
 
@@ -426,7 +431,7 @@ class TokenReviewAuthenticator:
         except ApiError as exc:
             if exc.code == 404:
                 return None
-            raise AuthenticationError(str(exc)) from exc
+            raise AuthenticationError(f"{exc.code} {exc.reason}".strip()) from None
 
 
 # --- the CA the pods are given --------------------------------------------------------------------

@@ -124,7 +124,35 @@ Ports and addresses from manager.config: ":8080" -> 8080; ":8081" -> "0.0.0.0:80
 {{- /* "true" when only callers the API server authorizes read them: auth over HTTPS only. */ -}}
 {{- define "trainer.metrics.auth" -}}
 {{- $m := .Values.manager.config.metrics }}
-{{- if and (include "trainer.metrics.enabled" .) $m.secureServing $m.auth.enabled }}true{{ else }}false{{ end }}
+{{- if and (include "trainer.metrics.enabled" .) (include "trainer.metrics.secure" .) (dig "auth" "enabled" true $m) }}true{{ else }}false{{ end }}
+{{- end }}
+
+{{- /* "true" when the metrics are served over HTTPS. The defaults stand in for keys a values file
+of an earlier chart lacks (`helm upgrade --reuse-values`). */ -}}
+{{- define "trainer.metrics.secure" -}}
+{{- if dig "secureServing" true .Values.manager.config.metrics }}true{{ end }}
+{{- end }}
+
+{{- /* Fails the render when two of the operator's servers would listen on one port (the
+Service and the Pod would carry the port twice; the operator refuses the Configuration). */ -}}
+{{- define "trainer.checkPorts" -}}
+{{- $c := .Values.manager.config }}
+{{- $ports := dict (toString $c.webhook.port) "manager.config.webhook.port" }}
+{{- $others := list (list "manager.config.health.healthProbeBindAddress" (include "trainer.port" $c.health.healthProbeBindAddress)) }}
+{{- if include "trainer.metrics.enabled" . }}
+{{- $others = prepend $others (list "manager.config.metrics.bindAddress" (include "trainer.port" $c.metrics.bindAddress)) }}
+{{- end }}
+{{- if include "trainer.statusServer.enabled" . }}
+{{- $others = append $others (list "manager.config.statusServer.port" (toString $c.statusServer.port)) }}
+{{- end }}
+{{- range $others }}
+{{- $field := index . 0 }}
+{{- $port := index . 1 }}
+{{- if hasKey $ports $port }}
+{{- fail (printf "%s and %s are both port %s: each server of the operator needs its own" (get $ports $port) $field $port) }}
+{{- end }}
+{{- $_ := set $ports $port $field }}
+{{- end }}
 {{- end }}
 
 {{- define "trainer.listenAddress" -}}
@@ -183,7 +211,7 @@ certManagement:
 {{- end }}
 metrics:
   bindAddress: {{ $c.metrics.bindAddress | quote }}
-  secureServing: {{ $c.metrics.secureServing }}
+  secureServing: {{ include "trainer.metrics.secure" . | eq "true" }}
   auth:
     enabled: {{ include "trainer.metrics.auth" . | eq "true" }}
 health:
