@@ -83,3 +83,34 @@ def params(values: Sequence[Any], arity: int = 1, within: str = "") -> list[Any]
     if values or available(*where):
         return list(values)
     return [pytest.param(*([None] * arity), id="no-reference-data", marks=needs_reference(*where))]
+
+
+# Upstream's own sources, as the Go module proxy serves them (never committed): its chart's values,
+# for the drop-in tests. The release whose API and runtimes we implement (trainer.UPSTREAM_VERSION).
+UPSTREAM_MODULE = "github.com/kubeflow/trainer/v2"
+
+
+def upstream_module(version: str) -> Path:
+    """The directory of upstream's module at ``version`` in the Go module cache, downloaded from the
+    module proxy when not there yet. Skips the test without Go (fails it in CI, which has Go)."""
+    import json
+    import shutil
+    import subprocess
+
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        reason = f"{MISSING}: go is not on PATH to fetch {UPSTREAM_MODULE}@{version} from the module proxy"
+        if in_ci():
+            pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
+    found = subprocess.run(
+        [go, "mod", "download", "-json", f"{UPSTREAM_MODULE}@{version}"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "GOFLAGS": "-mod=mod"},
+    )
+    info = json.loads(found.stdout or "{}")
+    if found.returncode != 0 or not info.get("Dir"):
+        pytest.fail(f"go mod download {UPSTREAM_MODULE}@{version}: {info.get('Error') or found.stderr}")
+    return Path(info["Dir"])

@@ -661,6 +661,7 @@ class ScenarioResult:
     events: list[Obj]
     final: dict[str, dict[str, Obj]]
     runtimes: dict[str, str]  # each installed ClusterTrainingRuntime: the TrainJob that ran it
+    legacy_finalizers: dict[str, list[str]]  # runtimes upstream's v2.0-v2.2 left: their finalizers after
     mpi_gang: dict[str, Obj]  # the MPI TrainJob with coscheduling: its Secret, hostfile and PodGroup
 
 
@@ -673,6 +674,54 @@ def _restored(server: Cluster, api_version: str, kind: str, name: str, path: lis
     for part in path:
         value = value.get(part) if isinstance(value, dict) else None
     return bool(value == want)
+
+
+LEGACY_FINALIZER = "trainer.kubeflow.org/resource-in-use"
+
+
+def carried_over_runtimes(server: Cluster) -> dict[str, list[str]]:
+    """Runtimes as upstream's v2.0 to v2.2 left them, with their finalizer (and, on one, a finalizer
+    of someone else's); the finalizers each has once the operator has seen it, and then both are
+    deleted, as they can be now."""
+    torch = server.get(TRAINER_API, "ClusterTrainingRuntime", "torch-distributed", "")
+    made = [
+        {
+            "apiVersion": TRAINER_API,
+            "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "legacy-cluster", "finalizers": [LEGACY_FINALIZER]},
+            "spec": copy.deepcopy(torch["spec"]),
+        },
+        {
+            "apiVersion": TRAINER_API,
+            "kind": "TrainingRuntime",
+            "metadata": {
+                "name": "legacy",
+                "namespace": SCENARIO_NAMESPACE,
+                "finalizers": ["example.com/keep", LEGACY_FINALIZER],
+            },
+            "spec": copy.deepcopy(torch["spec"]),
+        },
+    ]
+    after: dict[str, list[str]] = {}
+    for obj in made:
+        server.create(obj)
+    for obj in made:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        namespace = obj["metadata"].get("namespace", "")
+
+        def removed(
+            kind: str = kind, name: str = name, namespace: str = namespace
+        ) -> tuple[list[str]] | None:
+            finalizers = server.get(TRAINER_API, kind, name, namespace)["metadata"].get("finalizers") or []
+            return None if LEGACY_FINALIZER in finalizers else (finalizers,)
+
+        (after[name],) = wait_for(f"{kind} {name} without upstream's finalizer", removed, timeout=60)
+    server.patch(
+        TRAINER_API, "TrainingRuntime", "legacy", {"metadata": {"finalizers": None}}, SCENARIO_NAMESPACE
+    )
+    for obj in made:
+        server.delete(TRAINER_API, obj["kind"], obj["metadata"]["name"], obj["metadata"].get("namespace"))
+    return after
 
 
 def run_scenario(server: Cluster, operator_user: str, mark: int = 0) -> ScenarioResult:
@@ -708,6 +757,7 @@ def run_scenario(server: Cluster, operator_user: str, mark: int = 0) -> Scenario
     }
     for runtime, job in runtimes.items():
         server.create(trainjob(job, runtime))
+    legacy = carried_over_runtimes(server)
 
     # A float quantity, as the Kubeflow SDK sends it: the defaulting webhook makes it a quantity string.
     defaulted = server.create(
@@ -840,7 +890,7 @@ def run_scenario(server: Cluster, operator_user: str, mark: int = 0) -> Scenario
         for o in server.list(TRAINER_API, "TrainJob", ns)
     }
     return ScenarioResult(
-        server.audit_since(mark), created, refusal, defaulted, events, final, runtimes, mpi_gang
+        server.audit_since(mark), created, refusal, defaulted, events, final, runtimes, legacy, mpi_gang
     )
 
 

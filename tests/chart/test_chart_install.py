@@ -138,6 +138,13 @@ def test_the_webhooks_take_the_largest_objects_the_api_server_stores(release: h.
     )
 
 
+def test_upstreams_runtime_finalizer_is_removed_and_no_other(scenario: h.ScenarioResult) -> None:
+    """Upstream's v2.0 to v2.2 left trainer.kubeflow.org/resource-in-use on runtimes, and v2.3's
+    runtime controllers remove it; without that, such a runtime could never be deleted. Ours
+    removes it (a patch of the runtime, within the ClusterRole) and leaves any other finalizer."""
+    assert scenario.legacy_finalizers == {"legacy-cluster": [], "legacy": ["example.com/keep"]}
+
+
 def test_events_tell_what_happened(scenario: h.ScenarioResult) -> None:
     reasons = {(e["involvedObject"]["name"], e["reason"]) for e in scenario.events}
     assert ("torch", "JobSetCreated") in reasons

@@ -300,6 +300,11 @@ def test_strict_lint_is_clean(toggle: str) -> None:
             },
             "serviceMonitor.tlsConfig is needed with webhook.existingSecret",
         ),
+        # Upstream's switch off with nothing in its place would leave the webhooks without a certificate.
+        (
+            {"manager": {"config": {"certManagement": {"enable": False}}}},
+            "manager.config.certManagement.enable is false",
+        ),
         # A ClusterRoleBinding to a ServiceAccount without its namespace is refused at install.
         ({"metricsReader": {"subjects": [{"kind": "ServiceAccount", "name": "prometheus"}]}}, "namespace"),
     ],
@@ -773,6 +778,78 @@ def test_plain_metrics_are_scraped_over_http_and_none_can_be_turned_off(
     container = h.one(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]
     assert "metrics" not in {p["name"] for p in container["ports"]}
     assert not operator_config(off).metrics.enabled
+
+
+def test_upstreams_chart_values_render_with_ours_but_for_installing_jobset() -> None:
+    """A platform team's values for upstream's chart carry over (docs/install.md, "From upstream's
+    chart"): upstream's own values.yaml of the release we implement is refused for one key only,
+    JobSet's install (a prerequisite here), and with that one key changed it renders, its
+    settings reaching the operator's Configuration."""
+    upstream = reference_data.upstream_module(trainer.UPSTREAM_VERSION) / "charts" / "kubeflow-trainer"
+    values = yaml.safe_load((upstream / "values.yaml").read_text())
+    with helm.Chart.load(h.CHART) as chart, pytest.raises(helm.HelmError) as refused:
+        chart.render(values=values, name=h.RELEASE, namespace=h.NAMESPACE)
+    complaints = [line for line in str(refused.value).splitlines() if line.strip().startswith("- at")]
+    assert complaints == ["- at '/jobset/install': value must be false"], str(refused.value)
+    objects = h.render(h.merge(values, {"jobset": {"install": False}}))
+    config = operator_config(objects)
+    theirs = values["manager"]["config"]
+    assert config.health.readiness_endpoint_name == theirs["health"]["readinessEndpointName"]
+    assert config.controller.trainjob_workers == theirs["controller"]["groupKindConcurrency"]["trainJob"]
+    assert config.metrics.bind_address == theirs["metrics"]["bindAddress"]
+    assert config.leader_election.leader_elect is theirs["leaderElection"]["leaderElect"]
+    assert (config.status_server.port, config.status_server.qps) == (
+        theirs["statusServer"]["port"],
+        theirs["statusServer"]["qps"],
+    )
+    expected = [
+        name
+        for name, toggle in values["runtimes"].items()
+        if isinstance(toggle, dict) and toggle.get("enabled")
+    ]
+    assert len(h.installed_runtimes(objects)) == len(expected), "their runtime toggles hold"
+
+
+def test_upstreams_settings_reach_the_pods_and_the_operator() -> None:
+    objects = h.render(
+        {
+            "manager": {
+                "selectorLabels": {"team": "ml-platform"},
+                "config": {
+                    "health": {"readinessEndpointName": "ready", "livenessEndpointName": "alive"},
+                    "webhook": {"host": "10.0.0.7"},
+                    "controller": {"groupKindConcurrency": {"clusterTrainingRuntime": 3}},
+                    "certManagement": {
+                        "webhookServiceName": "trainer-hooks",
+                        "webhookSecretName": "trainer-cert",
+                    },
+                    "tls": {"minVersion": "1.3"},
+                },
+            }
+        }
+    )
+    deployment = h.one(objects, "Deployment")
+    pod = deployment["spec"]["template"]
+    assert deployment["spec"]["selector"]["matchLabels"]["team"] == "ml-platform"
+    assert pod["metadata"]["labels"]["team"] == "ml-platform", "the pods match their selector"
+    assert h.one(objects, "Service")["spec"]["selector"]["team"] == "ml-platform"
+    container = pod["spec"]["containers"][0]
+    assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "health"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/alive", "port": "health"}
+    assert any(a.endswith(":8081/alive") for a in container["args"] if a.startswith("--liveness="))
+    service = h.one(objects, "Service")
+    assert service["metadata"]["name"] == "trainer-hooks"
+    for kind in ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration"):
+        for webhook in h.one(objects, kind)["webhooks"]:
+            assert webhook["clientConfig"]["service"]["name"] == "trainer-hooks"
+    config = operator_config(objects)
+    assert (config.cert_management.webhook_service_name, config.cert_management.webhook_secret_name) == (
+        "trainer-hooks",
+        "trainer-cert",
+    )
+    assert config.webhook.host == "10.0.0.7"
+    assert (config.controller.runtime_workers, config.tls.min_version) == (3, "1.3")
+    assert (config.health.readiness_endpoint_name, config.health.liveness_endpoint_name) == ("ready", "alive")
 
 
 def test_values_of_an_earlier_chart_still_get_authorized_https_metrics() -> None:

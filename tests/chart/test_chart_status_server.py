@@ -66,11 +66,11 @@ def test_port_and_url_are_values() -> None:
         GATE,
         {
             "manager": {
-                "config": {"statusServer": {"port": 8443, "advertisedURL": "https://progress.example.com"}}
+                "config": {"statusServer": {"port": 8444, "advertisedURL": "https://progress.example.com"}}
             }
         },
     )
     objects = h.render(values)
     (port,) = [p for p in h.one(objects, "Service")["spec"]["ports"] if p["name"] == "status"]
-    assert port["port"] == 8443
+    assert port["port"] == 8444
     assert operator_config(objects).status_server.advertised_url == "https://progress.example.com"

@@ -7,13 +7,30 @@ import logging
 
 import pytest
 
+from trainer.controller.config import Configuration, Health
 from trainer.controller.main import RefusalsAreNotErrors, liveness_endpoint
 
 
-def test_liveness_defaults_to_the_configured_health_address() -> None:
-    assert liveness_endpoint(None, ":8081") == "http://0.0.0.0:8081/healthz"
-    assert liveness_endpoint("http://127.0.0.1:9/x", ":8081") == "http://127.0.0.1:9/x"
-    assert liveness_endpoint(None, "") is None
+def test_liveness_defaults_to_the_configured_health_address_and_name() -> None:
+    assert liveness_endpoint(None, Health()) == "http://0.0.0.0:8081/healthz"
+    assert liveness_endpoint("http://127.0.0.1:9/x", Health()) == "http://127.0.0.1:9/x"
+    assert liveness_endpoint(None, Health(healthProbeBindAddress="")) is None
+    assert liveness_endpoint(None, Health(healthProbeBindAddress="0")) is None
+    named = Health(healthProbeBindAddress="127.0.0.1:9000", livenessEndpointName="livez")
+    assert liveness_endpoint(None, named) == "http://127.0.0.1:9000/livez"
+
+
+@pytest.mark.parametrize(
+    "health",
+    [
+        {"readinessEndpointName": "a/b"},  # one path segment
+        {"livenessEndpointName": ""},
+        {"readinessEndpointName": "same", "livenessEndpointName": "same"},
+    ],
+)
+def test_health_endpoint_names_are_one_segment_each_and_differ(health: dict[str, str]) -> None:
+    with pytest.raises(ValueError, match="health"):
+        Configuration.model_validate({"health": health})
 
 
 def _record(message: str, exc: Exception | None = None) -> logging.LogRecord:

@@ -89,6 +89,34 @@ def test_the_health_port_is_guarded_like_every_other(cluster: Cluster, operator_
         assert closed >= 2 * HEALTH_LIMITS.max_connections, "no more than the cap were held"
 
 
+def test_the_readiness_endpoint_waits_for_the_webhooks_under_its_configured_names(
+    cluster: Cluster, operator_kubeconfig: Path
+) -> None:
+    """Upstream's readyz: ready once the webhook server listens. Both endpoints take the names
+    health.readinessEndpointName and health.livenessEndpointName give them (upstream reads the
+    names but serves /readyz and /healthz whatever they say)."""
+    live = free_port()
+    config = Configuration.model_validate(
+        {"health": {"readinessEndpointName": "ready-now", "livenessEndpointName": "alive"}}
+    )
+    with EmbeddedOperator(
+        operator_kubeconfig,
+        config,
+        namespaces=[cluster.namespace],
+        liveness_endpoint=f"http://127.0.0.1:{live}/alive",
+        webhooks=True,
+    ) as op:
+        assert health(f"http://127.0.0.1:{live}/ready-now") == (
+            200,
+            {"operator": "ok", "webhook-server": "ok"},
+        )
+        assert health(f"http://127.0.0.1:{live}/alive") == (200, {})
+        assert health(f"http://127.0.0.1:{live}/readyz")[0] == 404, "the configured names, not the defaults"
+        assert health(f"http://127.0.0.1:{live}/healthz")[0] == 404
+        op.operator.ready.clear()  # as before start-up has passed
+        assert health(f"http://127.0.0.1:{live}/ready-now") == (500, None)
+
+
 def test_check_needs_a_tls_handshake(tmp_path: Path) -> None:
     """A port that accepts TCP but not TLS fails the check; a stopped server fails it too."""
 

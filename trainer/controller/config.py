@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from trainer.controller import tls_options
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
@@ -22,6 +24,14 @@ class _Section(BaseModel):
 class ClientConnection(_Section):
     qps: float = 50.0
     burst: int = 100
+
+
+# The groupKindConcurrency keys upstream's manager has controllers for, as ours reads them.
+CONTROLLED_KINDS = (
+    "TrainJob.trainer.kubeflow.org",
+    "TrainingRuntime.trainer.kubeflow.org",
+    "ClusterTrainingRuntime.trainer.kubeflow.org",
+)
 
 
 class Controller(_Section):
@@ -39,9 +49,30 @@ class Controller(_Section):
         parse_duration(value)
         return value
 
+    @field_validator("group_kind_concurrency")
+    @classmethod
+    def _known_kinds(cls, value: dict[str, int]) -> dict[str, int]:
+        for key, count in value.items():
+            if key not in CONTROLLED_KINDS:
+                raise ValueError(
+                    f"{key!r}: not a kind this operator reconciles (one of {', '.join(CONTROLLED_KINDS)})"
+                )
+            if count < 1:
+                raise ValueError(f"{key}: {count}: at least 1")
+        return value
+
     @property
     def trainjob_workers(self) -> int:
-        return max(1, int(self.group_kind_concurrency.get("TrainJob.trainer.kubeflow.org", 4)))
+        return int(self.group_kind_concurrency.get("TrainJob.trainer.kubeflow.org", 4))
+
+    @property
+    def runtime_workers(self) -> int:
+        """Upstream's two runtime controllers only remove a finalizer its earlier releases left
+        (controller/runtime_finalizers.py): their concurrency sizes the workers that do it here."""
+        return max(
+            self.group_kind_concurrency.get("TrainingRuntime.trainer.kubeflow.org", 1),
+            self.group_kind_concurrency.get("ClusterTrainingRuntime.trainer.kubeflow.org", 1),
+        )
 
     @property
     def sync_period_seconds(self) -> float:
@@ -148,8 +179,42 @@ class Metrics(_Section):
         return self.secure_serving if self.auth.enabled is None else self.auth.enabled
 
 
+_ENDPOINT_NAME = r"^[A-Za-z0-9._~-]{1,63}$"  # one path segment
+
+
 class Health(_Section):
+    """Upstream's ``health``: ``GET /<livenessEndpointName>`` and ``GET /<readinessEndpointName>``
+    on ``healthProbeBindAddress`` ("0" or "": none)."""
+
     health_probe_bind_address: str = Field(":8081", alias="healthProbeBindAddress")
+    readiness_endpoint_name: str = Field("readyz", alias="readinessEndpointName", pattern=_ENDPOINT_NAME)
+    liveness_endpoint_name: str = Field("healthz", alias="livenessEndpointName", pattern=_ENDPOINT_NAME)
+
+    @model_validator(mode="after")
+    def _two_paths(self) -> Health:
+        if self.readiness_endpoint_name == self.liveness_endpoint_name:
+            raise ValueError("health.readinessEndpointName and health.livenessEndpointName must differ")
+        return self
+
+
+class TLS(_Section):
+    """Upstream's ``tls``, on every TLS server of the operator (controller/tls_options.py)."""
+
+    min_version: Literal["", "1.0", "1.1", "1.2", "1.3"] = Field("", alias="minVersion")
+    cipher_suites: list[str] = Field(default_factory=list, alias="cipherSuites", max_length=100)
+    next_protos: list[str] = Field(default_factory=list, alias="nextProtos", max_length=10)
+
+    @field_validator("cipher_suites")
+    @classmethod
+    def _suites(cls, value: list[str]) -> list[str]:
+        tls_options.openssl_ciphers(value)
+        return value
+
+    @field_validator("next_protos")
+    @classmethod
+    def _protocols(cls, value: list[str]) -> list[str]:
+        tls_options.check_next_protos(value)
+        return value
 
 
 class LeaderElection(_Section):
@@ -232,6 +297,7 @@ class Configuration(_Section):
     feature_gates: dict[str, bool] = Field(default_factory=dict, alias="featureGates")
     status_server: StatusServer = Field(default_factory=StatusServer, alias="statusServer")
     plugins: Plugins = Field(default_factory=Plugins)
+    tls: TLS = Field(default_factory=TLS)
 
     @model_validator(mode="after")
     def _distinct_ports(self) -> Configuration:

@@ -9,6 +9,10 @@ import json
 import logging
 import signal
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainer.controller.config import Health
 
 # What a line may carry about the object it is about, as fields of their own (JSON): set through
 # ``extra=`` as ``object_<field>`` (a LogRecord has a ``name`` of its own), written as ``<field>``
@@ -82,16 +86,17 @@ class RefusalsAreNotErrors(logging.Filter):
         return True
 
 
-def liveness_endpoint(explicit: str | None, health_address: str) -> str | None:
-    """``--liveness`` when given, else the Configuration's health probe address (as upstream)."""
+def liveness_endpoint(explicit: str | None, health: Health) -> str | None:
+    """``--liveness`` when given, else the Configuration's health probe address and liveness
+    endpoint name (as upstream)."""
     if explicit:
         return explicit
-    if health_address in ("", "0"):  # upstream's two ways of serving no health probe
+    if health.health_probe_bind_address in ("", "0"):  # upstream's two ways of serving no health probe
         return None
     from trainer.controller.config import split_address
 
-    host, port = split_address(health_address)
-    return f"http://{host}:{port}/healthz"
+    host, port = split_address(health.health_probe_bind_address)
+    return f"http://{host}:{port}/{health.liveness_endpoint_name}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await operator.run(
             clusterwide=not args.namespace,
-            liveness_endpoint=liveness_endpoint(args.liveness, config.health.health_probe_bind_address),
+            liveness_endpoint=liveness_endpoint(args.liveness, config.health),
             stop_flag=stop,
         )
 

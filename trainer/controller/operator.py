@@ -32,7 +32,7 @@ import kopf
 from aiohttp import web
 
 from trainer.api import constants as c
-from trainer.controller import events
+from trainer.controller import events, tls_options
 from trainer.controller.cache import Cache
 from trainer.controller.certificate_secret import SelfManagedCertificate
 from trainer.controller.client import ApiClient, ApiError
@@ -45,6 +45,7 @@ from trainer.controller.metrics_auth import MetricsAuth
 from trainer.controller.reconciler import Reconciler, WorkQueue
 from trainer.controller.resources import CRDS, JOBSETS, Resources
 from trainer.controller.routing import Router
+from trainer.controller.runtime_finalizers import RuntimeFinalizers
 from trainer.controller.serving import GuardedServer, Limits
 from trainer.controller.status_server import NotServing
 from trainer.controller.status_server import Server as StatusServerApp
@@ -97,16 +98,27 @@ class Running:
     status_tls: tempfile.TemporaryDirectory[str] | None = None
     # The metrics server, the client its reviews go through (metrics.auth), and a certificate of
     # its own when the webhooks' is not there.
+    runtime_finalizers: RuntimeFinalizers | None = None
     metrics_server: GuardedServer | None = None
     metrics_client: ApiClient | None = None
     metrics_tls: tempfile.TemporaryDirectory[str] | None = None
 
-    def start_workers(self, count: int) -> None:
+    def start_workers(self, count: int, runtime_count: int = 1) -> None:
+        """The TrainJob workers, and those removing upstream's runtime finalizer, which look at
+        every runtime first (a replica that starts leading may find some nobody removed)."""
         if not self.workers:
             self.workers = [
                 asyncio.create_task(self.reconciler.worker(), name=f"trainjob-worker-{i}")
                 for i in range(count)
             ]
+            if self.runtime_finalizers is not None:
+                self.runtime_finalizers.saw_all()
+                self.workers += [
+                    asyncio.create_task(
+                        self.runtime_finalizers.worker(self.reconciler.client), name=f"runtime-finalizers-{i}"
+                    )
+                    for i in range(runtime_count)
+                ]
 
     async def stop_workers(self) -> None:
         """Cancel the workers mid-reconcile (an in-flight request is cut) and wait until they are gone."""
@@ -161,6 +173,7 @@ class Operator:
     framework: fw.Framework = field(init=False)
     resources: Resources = field(init=False)  # what is watched and written: the plugins' kinds
     router: Router = field(init=False)  # the watches' sink: cache fed, TrainJobs queued
+    runtime_finalizers: RuntimeFinalizers = field(init=False)  # upstream's leftover, removed
     webhooks: Webhooks = field(init=False)
     serve_metrics: bool = True
     kubeconfig: str | None = None
@@ -181,6 +194,7 @@ class Operator:
         )
         self.resources = Resources.of(self.framework)
         self.router = Router(self.cache, self.queue, self.resources, self.namespaces)
+        self.router.runtime_finalizers = self.runtime_finalizers = RuntimeFinalizers(self.cache)
         self.webhooks = Webhooks(self.cache, self.framework)
         self.queue.metrics = self.metrics
         self.metrics.cr_workers.labels(controller=CONTROLLER).set(self.config.controller.trainjob_workers)
@@ -245,7 +259,14 @@ class Operator:
             reconciler_client, self.cache, self.framework, self.resources, self.metrics, recorder, self.queue
         )
         self.running = running = Running(
-            credentials, client, recorder, reconciler, informer, elector=elector, certificate=certificate
+            credentials,
+            client,
+            recorder,
+            reconciler,
+            informer,
+            elector=elector,
+            certificate=certificate,
+            runtime_finalizers=self.runtime_finalizers,
         )
         if c.FEATURE_TRAINJOB_STATUS in self.framework.enabled:
             try:
@@ -257,7 +278,9 @@ class Operator:
         self.router.queue_all()
         if elector is None:
             self.metrics.leader.labels(name=election.resource_name).set(1)
-            running.start_workers(self.config.controller.trainjob_workers)
+            running.start_workers(
+                self.config.controller.trainjob_workers, self.config.controller.runtime_workers
+            )
         else:
             self.metrics.leader.labels(name=election.resource_name).set(0)
             elector.start()
@@ -337,7 +360,7 @@ class Operator:
         else:
             running.status_tls = _self_signed(urlsplit(url).hostname)
             certfile, keyfile = f"{running.status_tls.name}/tls.crt", f"{running.status_tls.name}/tls.key"
-            context = CertificateReloader(certfile, keyfile).context
+            context = self._tls_settings(CertificateReloader(certfile, keyfile).context)
         context.load_cert_chain(certfile, keyfile)  # the webhook server may not have loaded it yet
         authority = ss.CertificateAuthority(cert_dir=Path(certfile).parent)
         interval = 30.0
@@ -359,6 +382,16 @@ class Operator:
         await server.start()
         running.status_server = server
 
+    def _tls_settings(self, context: ssl.SSLContext) -> ssl.SSLContext:
+        """Upstream's ``tls`` (minimum version, cipher suites; HTTP/1.1 by ALPN) on a server's context."""
+        settings = self.config.tls
+        tls_options.apply(context, settings.min_version, settings.cipher_suites)
+        if "h2" in settings.next_protos:
+            logger.warning(
+                "tls.nextProtos: HTTP/2 is not served (the servers speak HTTP/1.1); offering http/1.1"
+            )
+        return context
+
     async def _start_metrics_server(self, running: Running) -> None:
         """``/metrics`` (controller/metrics.py), on every replica: over HTTPS with the webhooks'
         certificate, or one of its own for ``localhost`` when the webhooks are off (as
@@ -373,6 +406,7 @@ class Operator:
                 running.metrics_tls = _self_signed("localhost", "metrics")
                 directory = running.metrics_tls.name
                 reloader = CertificateReloader(f"{directory}/tls.crt", f"{directory}/tls.key")
+                self._tls_settings(reloader.context)
             context = reloader.context
             context.load_cert_chain(reloader.certfile, reloader.keyfile)
         auth: MetricsAuth | None = None
@@ -413,7 +447,9 @@ class Operator:
             # and lost the Lease looks at every TrainJob again, as a new leader would.
             self.router.queue_all()
             running.recorder.start()
-            running.start_workers(self.config.controller.trainjob_workers)
+            running.start_workers(
+                self.config.controller.trainjob_workers, self.config.controller.runtime_workers
+            )
             gauge.set(1)
             if running.certificate is not None:
                 running.certificate.wake()  # renewals and the caBundle are the leader's now
@@ -485,6 +521,7 @@ class Operator:
                 cert_dir = self_signed.name
             certfile, pkeyfile = f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"
             self.tls = WebhookTLS(CertificateReloader(certfile, pkeyfile), self_signed)
+            self._tls_settings(self.tls.reloader.context)  # the status server and metrics share it
             settings.admission.server = WebhookServer(
                 host=webhook.host,
                 port=webhook.port,
@@ -552,8 +589,28 @@ class Operator:
                     checks["status-server"] = "ok"
             return web.json_response(checks)
 
+        async def readyz(_request: web.Request) -> web.Response:
+            # Upstream's: ready once the webhook server listens (its certificate is there then).
+            if not self.ready.is_set():
+                return web.json_response({"operator": "starting"}, status=500)
+            checks = {"operator": "ok"}
+            webhook = self.config.webhook
+            if webhook.enabled:
+                host = "127.0.0.1" if webhook.host in ("", "0.0.0.0", "::") else webhook.host
+                try:
+                    _, writer = await asyncio.wait_for(asyncio.open_connection(host, webhook.port), 2.0)
+                except (OSError, TimeoutError):
+                    return web.json_response({**checks, "webhook-server": "not listening"}, status=500)
+                writer.close()
+                checks["webhook-server"] = "ok"
+            return web.json_response(checks)
+
         app = web.Application(client_max_size=1024)
-        app.router.add_get(parts.path or "/", healthz)
+        liveness = parts.path or "/"
+        readiness = "/" + self.config.health.readiness_endpoint_name
+        app.router.add_get(liveness, healthz)
+        if readiness != liveness:
+            app.router.add_get(readiness, readyz)
         return GuardedServer(app, parts.hostname or "", parts.port, "health server", HEALTH_LIMITS)
 
 

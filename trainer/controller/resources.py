@@ -76,7 +76,9 @@ JOBSETS = ResourceType(c.JOBSET_GROUP, c.JOBSET_VERSION, "jobsets")
 
 # What the operator does with its own kinds, whatever the plugins: the TrainJobs' status, their
 # deletion when a TTL runs out, and the finalizers subresource that an ownerReference with
-# blockOwnerDeletion needs (OwnerReferencesPermissionEnforcement); kopf reads CRDs at start-up.
+# blockOwnerDeletion needs (OwnerReferencesPermissionEnforcement); a patch of a runtime's
+# finalizers, to remove the one upstream's earlier releases left (controller/runtime_finalizers.py);
+# kopf reads CRDs at start-up.
 OWN_PERMISSIONS: frozenset[Permission] = frozenset(
     {
         (c.GROUP, "trainjobs", "list"),
@@ -86,8 +88,10 @@ OWN_PERMISSIONS: frozenset[Permission] = frozenset(
         (c.GROUP, "trainjobs/finalizers", "update"),
         (c.GROUP, "trainingruntimes", "list"),
         (c.GROUP, "trainingruntimes", "watch"),
+        (c.GROUP, "trainingruntimes", "patch"),
         (c.GROUP, "clustertrainingruntimes", "list"),
         (c.GROUP, "clustertrainingruntimes", "watch"),
+        (c.GROUP, "clustertrainingruntimes", "patch"),
         ("", "events", "create"),
         (CRDS.group, CRDS.plural, "get"),
         (CRDS.group, CRDS.plural, "list"),

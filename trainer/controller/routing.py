@@ -20,6 +20,7 @@ from trainer.api.objects import Obj
 from trainer.controller.cache import Cache, owner_trainjob, slim
 from trainer.controller.reconciler import WorkQueue
 from trainer.controller.resources import Resource, Resources, Role
+from trainer.controller.runtime_finalizers import RuntimeFinalizers
 from trainer.runtime.info import trainjob_controller
 
 logger = logging.getLogger("trainer.operator")
@@ -33,6 +34,8 @@ class Router:
     queue: WorkQueue
     resources: Resources
     namespaces: Collection[str] = ()  # the namespaces served; none: the whole cluster
+    # Told of every runtime seen (controller/runtime_finalizers.py), when the operator has one.
+    runtime_finalizers: RuntimeFinalizers | None = None
     # Objects kept slim that name a TrainJob controller the cache did not hold then, by that uid:
     # when the TrainJob arrives they are read again, whole (its children, seen first by a watch).
     _slim_for: dict[str, list[tuple[str, str | None, str, str]]] = field(default_factory=dict, repr=False)
@@ -138,6 +141,8 @@ class Router:
             case Role.RUNTIME:
                 if not deleted:
                     self._runtime_arrived(obj)
+                    if self.runtime_finalizers is not None:
+                        self.runtime_finalizers.saw(obj)
             case Role.CHILD:
                 owner = owner_trainjob(obj)
                 if owner is not None:

@@ -41,7 +41,7 @@ as in upstream's chart.
 {{- if and (not .Values.certManager.enabled) .Values.webhook.existingSecret.name }}
 {{- .Values.webhook.existingSecret.name }}
 {{- else }}
-{{- printf "%s-webhook-cert" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- (.Values.manager.config.certManagement | default dict).webhookSecretName | default (printf "%s-webhook-cert" (include "trainer.fullname" .) | trunc 63 | trimSuffix "-") }}
 {{- end }}
 {{- end }}
 
@@ -54,12 +54,15 @@ and injects its own, so nothing in the rendered chart changes from one render to
 {{- if and .Values.certManager.enabled .Values.webhook.existingSecret.name }}
 {{- fail "certManager.enabled and webhook.existingSecret.name both name the webhook certificate's source: set one" }}
 {{- end }}
-{{- if .Values.certManager.enabled }}certManager{{ else if .Values.webhook.existingSecret.name }}secret{{ else }}operator{{ end }}
+{{- if .Values.certManager.enabled }}certManager{{ else if .Values.webhook.existingSecret.name }}secret
+{{- else if not (dig "enable" true (.Values.manager.config.certManagement | default dict)) }}
+{{- fail "manager.config.certManagement.enable is false, and no other source of the webhook certificate is set: set certManager.enabled or webhook.existingSecret.name" }}
+{{- else }}operator{{ end }}
 {{- end }}
 
 {{/* The Service the API server calls for the webhooks (and Prometheus scrapes). */}}
 {{- define "trainer.service.name" -}}
-{{- include "trainer.manager.name" . }}
+{{- (.Values.manager.config.certManagement | default dict).webhookServiceName | default (include "trainer.manager.name" .) }}
 {{- end }}
 
 {{/*
@@ -88,11 +91,17 @@ app.kubernetes.io/part-of: kubeflow
 {{- define "trainer.manager.selectorLabels" -}}
 {{ include "trainer.selectorLabels" . }}
 app.kubernetes.io/component: manager
+{{- with .Values.manager.selectorLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end }}
 
 {{- define "trainer.manager.labels" -}}
 {{ include "trainer.labels" . }}
 app.kubernetes.io/component: manager
+{{- with .Values.manager.selectorLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- with .Values.manager.labels }}
 {{ toYaml . }}
 {{- end }}
@@ -187,9 +196,11 @@ clientConnection:
 controller:
   groupKindConcurrency:
     TrainJob.trainer.kubeflow.org: {{ $c.controller.groupKindConcurrency.trainJob }}
+    TrainingRuntime.trainer.kubeflow.org: {{ $c.controller.groupKindConcurrency.trainingRuntime | default 1 }}
+    ClusterTrainingRuntime.trainer.kubeflow.org: {{ $c.controller.groupKindConcurrency.clusterTrainingRuntime | default 1 }}
 webhook:
   enabled: true
-  host: 0.0.0.0
+  host: {{ $c.webhook.host | default "0.0.0.0" | quote }}
   port: {{ $c.webhook.port }}
   certDir: {{ include "trainer.certDir" . }}
   manageConfiguration: false
@@ -216,6 +227,8 @@ metrics:
     enabled: {{ include "trainer.metrics.auth" . | eq "true" }}
 health:
   healthProbeBindAddress: {{ $c.health.healthProbeBindAddress | quote }}
+  readinessEndpointName: {{ $c.health.readinessEndpointName | default "readyz" | quote }}
+  livenessEndpointName: {{ $c.health.livenessEndpointName | default "healthz" | quote }}
 leaderElection:
   leaderElect: {{ $c.leaderElection.leaderElect }}
   resourceName: {{ $c.leaderElection.resourceName | quote }}
@@ -233,4 +246,10 @@ statusServer:
 plugins:
   disabled: {{ $c.plugins.disabled | toJson }}
   allowed: {{ $c.plugins.allowed | toJson }}
+{{- with $c.tls }}
+tls:
+  minVersion: {{ .minVersion | default "" | quote }}
+  cipherSuites: {{ .cipherSuites | default list | toJson }}
+  nextProtos: {{ .nextProtos | default list | toJson }}
+{{- end }}
 {{- end }}

@@ -1,0 +1,155 @@
+"""The finalizer upstream's v2.0 to v2.2 left on runtimes is removed, and nothing else is touched
+(controller/runtime_finalizers.py). Against a canned API server here; on both control planes
+through the chart (tests/chart/test_chart_install.py), where the ClusterRole is checked exact."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from trainer.controller import runtime_finalizers as rf
+from trainer.controller.cache import Cache
+from trainer.controller.client import ApiError
+from trainer.controller.config import Configuration
+from trainer.controller.reconciler import WorkQueue
+from trainer.controller.resources import CLUSTER_TRAINING_RUNTIMES, TRAINING_RUNTIMES, Resources
+from trainer.controller.routing import Router
+
+Obj = dict[str, Any]
+API = "trainer.kubeflow.org/v1alpha1"
+
+
+def runtime(kind: str, name: str, finalizers: list[str], namespace: str | None = None, rv: str = "7") -> Obj:
+    meta: Obj = {"name": name, "resourceVersion": rv, "finalizers": finalizers}
+    if namespace:
+        meta["namespace"] = namespace
+    return {"apiVersion": API, "kind": kind, "metadata": meta, "spec": {}}
+
+
+class Client:
+    def __init__(self, fail: list[ApiError] | None = None) -> None:
+        self.requests: list[tuple[str, str, Obj, str]] = []
+        self.fail = fail or []
+
+    async def request(self, method: str, path: str, body: Obj, *, content_type: str, **_: Any) -> Obj:
+        self.requests.append((method, path, body, content_type))
+        if self.fail:
+            raise self.fail.pop(0)
+        return {}
+
+
+def drain(finalizers: rf.RuntimeFinalizers, client: Client) -> None:
+    async def main() -> None:
+        task = asyncio.create_task(finalizers.worker(client))  # type: ignore[arg-type]
+        for _ in range(200):
+            await asyncio.sleep(0.005)
+            if not finalizers.pending:
+                break
+        await asyncio.sleep(0.01)
+        task.cancel()
+
+    asyncio.run(main())
+
+
+def test_the_finalizer_alone_is_removed_with_the_version_it_was_seen_at() -> None:
+    cache = Cache()
+    legacy = runtime("TrainingRuntime", "legacy", ["example.com/keep", rf.RESOURCE_IN_USE], "team", rv="42")
+    cache.observe(legacy)
+    finalizers = rf.RuntimeFinalizers(cache)
+    finalizers.saw(legacy)
+    client = Client()
+    drain(finalizers, client)
+    assert client.requests == [
+        (
+            "PATCH",
+            "/apis/trainer.kubeflow.org/v1alpha1/namespaces/team/trainingruntimes/legacy",
+            {"metadata": {"resourceVersion": "42", "finalizers": ["example.com/keep"]}},
+            "application/merge-patch+json",
+        )
+    ]
+    assert finalizers.removed == 1
+
+
+def test_a_cluster_runtime_loses_it_too_and_runtimes_without_it_cost_nothing() -> None:
+    cache = Cache()
+    legacy = runtime("ClusterTrainingRuntime", "legacy", [rf.RESOURCE_IN_USE])
+    clean = runtime("ClusterTrainingRuntime", "clean", ["example.com/keep"])
+    for obj in (legacy, clean):
+        cache.observe(obj)
+    finalizers = rf.RuntimeFinalizers(cache)
+    finalizers.saw_all()  # a replica that starts leading looks at every runtime
+    client = Client()
+    drain(finalizers, client)
+    assert [(path, body) for _, path, body, _ in client.requests] == [
+        (
+            "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes/legacy",
+            {"metadata": {"resourceVersion": "7", "finalizers": []}},
+        )
+    ]
+
+
+@pytest.mark.parametrize("code", [404, 409])
+def test_a_runtime_gone_or_changed_is_left_to_its_next_watch_event(code: int) -> None:
+    cache = Cache()
+    legacy = runtime("ClusterTrainingRuntime", "legacy", [rf.RESOURCE_IN_USE])
+    cache.observe(legacy)
+    finalizers = rf.RuntimeFinalizers(cache)
+    finalizers.saw(legacy)
+    client = Client(fail=[ApiError(code, {"reason": "Conflict" if code == 409 else "NotFound"})])
+    drain(finalizers, client)
+    assert len(client.requests) == 1 and not finalizers.pending and finalizers.removed == 0
+
+
+def test_any_other_error_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rf, "RETRY_SECONDS", 0.01)
+    cache = Cache()
+    legacy = runtime("ClusterTrainingRuntime", "legacy", [rf.RESOURCE_IN_USE])
+    cache.observe(legacy)
+    finalizers = rf.RuntimeFinalizers(cache)
+    finalizers.saw(legacy)
+    client = Client(fail=[ApiError(500, {"reason": "InternalError"})])
+    drain(finalizers, client)
+    assert len(client.requests) == 2 and finalizers.removed == 1
+
+
+def test_the_router_hands_over_runtimes_it_sees_and_the_operator_may_patch_them() -> None:
+    cache = Cache()
+    resources = Resources([])
+    router = Router(cache, WorkQueue(), resources)
+    router.runtime_finalizers = finalizers = rf.RuntimeFinalizers(cache)
+    router.changed(TRAINING_RUNTIMES, "ADDED", runtime("TrainingRuntime", "a", [rf.RESOURCE_IN_USE], "team"))
+    router.listed(
+        CLUSTER_TRAINING_RUNTIMES, None, [runtime("ClusterTrainingRuntime", "b", [rf.RESOURCE_IN_USE])], "9"
+    )
+    router.changed(TRAINING_RUNTIMES, "ADDED", runtime("TrainingRuntime", "c", [], "team"))
+    assert list(finalizers.pending) == [
+        ("TrainingRuntime", "team", "a"),
+        ("ClusterTrainingRuntime", None, "b"),
+    ]
+    granted = resources.permissions()
+    assert {
+        ("trainer.kubeflow.org", r, "patch") for r in ("trainingruntimes", "clustertrainingruntimes")
+    } <= granted
+
+
+def test_upstreams_runtime_concurrency_keys_are_read_and_unknown_ones_refused() -> None:
+    controller = Configuration.model_validate(
+        {
+            "controller": {
+                "groupKindConcurrency": {
+                    "TrainJob.trainer.kubeflow.org": 5,
+                    "TrainingRuntime.trainer.kubeflow.org": 1,
+                    "ClusterTrainingRuntime.trainer.kubeflow.org": 3,
+                }
+            }
+        }
+    ).controller
+    assert (controller.trainjob_workers, controller.runtime_workers) == (5, 3)
+    with pytest.raises(ValueError, match="not a kind this operator reconciles"):
+        Configuration.model_validate({"controller": {"groupKindConcurrency": {"Job.batch": 2}}})
+    with pytest.raises(ValueError, match="at least 1"):
+        Configuration.model_validate(
+            {"controller": {"groupKindConcurrency": {"TrainJob.trainer.kubeflow.org": 0}}}
+        )
