@@ -131,11 +131,14 @@ def default_object(obj: Obj, old: Obj | None, now: str) -> None:
     sends ``cpu: 2.0``; a runtime author writes ``cpu: 0.5``); they are written as canonical
     quantity strings, since the API server checks the schema after the mutating webhooks. For a
     TrainJob, each runtime patch gets the time it was last changed (docs/upstream-behaviour.md §defaulting).
-    Any field may still have any type here: what is not of the expected shape is left for the
-    schema to refuse.
+    On an update, a field of ours beyond upstream's API that the update leaves out keeps its stored
+    value (admission/extensions.py: clients built on upstream's types drop it). Any field may still
+    have any type here: what is not of the expected shape is left for the schema to refuse.
     """
+    from trainer.admission.extensions import keep_extensions
     from trainer.apimachinery import schema_quantities
 
+    keep_extensions(obj, old)
     kind = obj.get("kind", "")
     schema = schemas().get(kind)
     if schema is not None:
