@@ -12,7 +12,7 @@ import pytest
 import yaml
 from render_helpers import only, render, replicated_job, runtime, trainjob
 
-from trainer.admission.admit import admit
+from trainer.admission.admit import Mode, admit
 from trainer.apimachinery.errors import AdmissionError
 from trainer.runtime import framework
 from trainer.runtime import render as core
@@ -147,6 +147,25 @@ def test_a_job_level_deadline_in_a_runtime_template_is_refused() -> None:
     text = str(refused.value)
     assert "spec.template.spec.replicatedJobs[0].template.spec.activeDeadlineSeconds" in text
     assert "runPolicy" in text
+
+
+def test_an_update_that_leaves_the_spec_as_it_was_is_not_refused_for_it() -> None:
+    """A runtime accepted before this rule (or by upstream's webhook) must stay changeable and
+    deletable: removing a finalizer (controller/runtime_finalizers.py) or a label is an update
+    that does not touch the spec, and is not judged by it. A spec change still is."""
+    job = replicated_job("node", "trainer", [{"name": "node", "image": "img"}])
+    job["template"]["spec"]["activeDeadlineSeconds"] = 600
+    stored = runtime(ml_policy=TORCH, jobs=[job])
+    stored["metadata"]["finalizers"] = ["trainer.kubeflow.org/resource-in-use"]
+    stored["metadata"]["deletionTimestamp"] = T0
+    update = copy.deepcopy(stored)
+    update["metadata"]["finalizers"] = []
+    # As the webhook sees them: both objects as the API server stored and defaulted them.
+    admit(update, stored, Facts(), framework.default(), now=T0, mode=Mode.WEBHOOK)
+    changed = copy.deepcopy(update)
+    changed["spec"]["mlPolicy"]["numNodes"] = 2
+    with pytest.raises(AdmissionError, match="activeDeadlineSeconds"):
+        admit(changed, stored, Facts(), framework.default(), now=T0, mode=Mode.WEBHOOK)
 
 
 def test_a_jobset_level_ttl_in_a_runtime_template_stays_valid_with_a_warning() -> None:

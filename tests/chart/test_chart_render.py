@@ -305,6 +305,23 @@ def test_strict_lint_is_clean(toggle: str) -> None:
             {"manager": {"config": {"certManagement": {"enable": False}}}},
             "manager.config.certManagement.enable is false",
         ),
+        # What the operator would refuse at start-up, refused at install instead.
+        (
+            {
+                "manager": {
+                    "config": {"health": {"readinessEndpointName": "up", "livenessEndpointName": "up"}}
+                }
+            },
+            "readinessEndpointName and livenessEndpointName must differ",
+        ),
+        ({"manager": {"config": {"tls": {"nextProtos": ["h2"]}}}}, "/manager/config/tls/nextProtos"),
+        ({"manager": {"config": {"tls": {"cipherSuites": ["TLS_RSA_WITH_RC4_128_SHA"]}}}}, "cipherSuites/0"),
+        ({"manager": {"config": {"tls": {"minVersion": "1.0"}}}}, "minVersion"),
+        # A pod whose labels overwrite its selector's would not match it.
+        (
+            {"manager": {"selectorLabels": {"team": "a"}, "labels": {"team": "b"}}},
+            "manager.selectorLabels.team is also in manager.labels",
+        ),
         # A ClusterRoleBinding to a ServiceAccount without its namespace is refused at install.
         ({"metricsReader": {"subjects": [{"kind": "ServiceAccount", "name": "prometheus"}]}}, "namespace"),
     ],
@@ -791,17 +808,24 @@ def test_upstreams_chart_values_render_with_ours_but_for_installing_jobset() -> 
         chart.render(values=values, name=h.RELEASE, namespace=h.NAMESPACE)
     complaints = [line for line in str(refused.value).splitlines() if line.strip().startswith("- at")]
     assert complaints == ["- at '/jobset/install': value must be false"], str(refused.value)
-    objects = h.render(h.merge(values, {"jobset": {"install": False}}))
-    config = operator_config(objects)
+    # Their settings, changed from the defaults both charts share, so each is seen to arrive.
     theirs = values["manager"]["config"]
-    assert config.health.readiness_endpoint_name == theirs["health"]["readinessEndpointName"]
-    assert config.controller.trainjob_workers == theirs["controller"]["groupKindConcurrency"]["trainJob"]
-    assert config.metrics.bind_address == theirs["metrics"]["bindAddress"]
-    assert config.leader_election.leader_elect is theirs["leaderElection"]["leaderElect"]
-    assert (config.status_server.port, config.status_server.qps) == (
-        theirs["statusServer"]["port"],
-        theirs["statusServer"]["qps"],
-    )
+    theirs["health"]["readinessEndpointName"] = "ready-or-not"
+    theirs["controller"]["groupKindConcurrency"].update(trainJob=7, clusterTrainingRuntime=2)
+    theirs["metrics"]["bindAddress"] = ":9444"
+    theirs["leaderElection"]["leaseDuration"] = "30s"
+    theirs["statusServer"].update(port=10444, qps=9)
+    objects = h.render(h.merge(values, {"jobset": {"install": False}}))
+    # Their image.* names upstream's image, which carries over as any value does: docs/install.md
+    # says to drop it, or the Deployment runs upstream's controller binary with our arguments.
+    image = h.one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image.startswith(f"{values['image']['registry']}/{values['image']['repository']}:"), image
+    config = operator_config(objects)
+    assert config.health.readiness_endpoint_name == "ready-or-not"
+    assert (config.controller.trainjob_workers, config.controller.runtime_workers) == (7, 2)
+    assert config.metrics.bind_address == ":9444"
+    assert (config.leader_election.leader_elect, config.leader_election.lease_duration) == (True, "30s")
+    assert (config.status_server.port, config.status_server.qps) == (10444, 9)
     expected = [
         name
         for name, toggle in values["runtimes"].items()

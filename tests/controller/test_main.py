@@ -24,6 +24,7 @@ def test_liveness_defaults_to_the_configured_health_address_and_name() -> None:
     "health",
     [
         {"readinessEndpointName": "a/b"},  # one path segment
+        {"livenessEndpointName": ".."},
         {"livenessEndpointName": ""},
         {"readinessEndpointName": "same", "livenessEndpointName": "same"},
     ],

@@ -102,16 +102,67 @@ def test_a_runtime_gone_or_changed_is_left_to_its_next_watch_event(code: int) ->
     assert len(client.requests) == 1 and not finalizers.pending and finalizers.removed == 0
 
 
-def test_any_other_error_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "failure", [ApiError(500, {"reason": "InternalError"}), TimeoutError(), RuntimeError("a bug")]
+)
+def test_any_failure_is_tried_again_and_the_worker_goes_on(
+    monkeypatch: pytest.MonkeyPatch, failure: Exception
+) -> None:
     monkeypatch.setattr(rf, "RETRY_SECONDS", 0.01)
     cache = Cache()
     legacy = runtime("ClusterTrainingRuntime", "legacy", [rf.RESOURCE_IN_USE])
-    cache.observe(legacy)
+    later = runtime("ClusterTrainingRuntime", "later", [rf.RESOURCE_IN_USE])
+    for obj in (legacy, later):
+        cache.observe(obj)
     finalizers = rf.RuntimeFinalizers(cache)
     finalizers.saw(legacy)
-    client = Client(fail=[ApiError(500, {"reason": "InternalError"})])
-    drain(finalizers, client)
-    assert len(client.requests) == 2 and finalizers.removed == 1
+    client = Client(fail=[failure])  # type: ignore[list-item]
+
+    async def main() -> None:
+        task = asyncio.create_task(finalizers.worker(client))  # type: ignore[arg-type]
+        await asyncio.sleep(0.1)
+        finalizers.saw(later)  # seen after the failure: the same worker takes it
+        await asyncio.sleep(0.1)
+        assert not task.done(), "a failure never ends the worker"
+        task.cancel()
+
+    asyncio.run(main())
+    paths = [path.rsplit("/", 1)[1] for _, path, _, _ in client.requests]
+    assert paths == ["legacy", "legacy", "later"] and finalizers.removed == 2
+
+
+def test_a_runtime_that_keeps_failing_backs_off_and_lets_others_go_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rf, "RETRY_SECONDS", 0.05)
+    cache = Cache()
+    stuck = runtime("ClusterTrainingRuntime", "stuck", [rf.RESOURCE_IN_USE])
+    fine = runtime("ClusterTrainingRuntime", "fine", [rf.RESOURCE_IN_USE])
+    for obj in (stuck, fine):
+        cache.observe(obj)
+    finalizers = rf.RuntimeFinalizers(cache)
+    finalizers.saw(stuck)
+    finalizers.saw(fine)
+
+    class Refusing(Client):
+        async def request(self, method: str, path: str, body: Obj, *, content_type: str, **kw: Any) -> Obj:
+            await super().request(method, path, body, content_type=content_type, **kw)
+            if path.endswith("/stuck"):  # e.g. a webhook that refuses it
+                raise ApiError(403, {"reason": "Forbidden"})
+            return {}
+
+    client = Refusing()
+
+    async def main() -> None:
+        task = asyncio.create_task(finalizers.worker(client))  # type: ignore[arg-type]
+        await asyncio.sleep(0.3)  # attempts at 0, 0.05 and 0.15 (doubling); the fourth is due at 0.35
+        task.cancel()
+
+    asyncio.run(main())
+    paths = [path.rsplit("/", 1)[1] for _, path, _, _ in client.requests]
+    assert paths[:2] == ["stuck", "fine"], "the other runtime does not wait behind the failing one"
+    assert paths.count("stuck") == 3 and finalizers.failures[("ClusterTrainingRuntime", None, "stuck")] == 3
+    assert finalizers.removed == 1
 
 
 def test_the_router_hands_over_runtimes_it_sees_and_the_operator_may_patch_them() -> None:

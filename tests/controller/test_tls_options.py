@@ -126,3 +126,9 @@ def test_the_cipher_suites_are_the_only_ones_tls12_negotiates(tmp_path: Path) ->
     finally:
         served.listener.close()
     assert (version, cipher) == ("TLSv1.2", "ECDHE-ECDSA-CHACHA20-POLY1305")
+
+
+def test_versions_openssl_here_refuses_are_refused() -> None:
+    for version in ("1.0", "1.1"):
+        with pytest.raises(ValidationError, match=r"serves 1\.2 and 1\.3 only"):
+            Configuration.model_validate({"tls": {"minVersion": version}})

@@ -52,7 +52,7 @@ def test_a_full_update_without_the_ttl_keeps_it_and_the_trainjob_still_cleans_up
         sent["spec"]["suspend"] = False
         assert "ttlSecondsAfterFinished" not in sent["spec"]
         try:
-            written = api.replace_namespaced_custom_object(
+            written, _, headers = api.replace_namespaced_custom_object_with_http_info(
                 "trainer.kubeflow.org", "v1alpha1", cluster.namespace, "trainjobs", "queued", sent
             )
             break
@@ -63,6 +63,8 @@ def test_a_full_update_without_the_ttl_keeps_it_and_the_trainjob_still_cleans_up
         raise AssertionError("the update kept conflicting")
     assert written["spec"]["suspend"] is False
     assert written["spec"]["ttlSecondsAfterFinished"] == TTL, "kept by the defaulting webhook"
+    warning = headers.get("Warning", "")
+    assert "spec.ttlSecondsAfterFinished: not in this update, so kept as it was" in warning, headers
     wait_for(
         lambda: get_or_none(cluster, TJ, "TrainJob", "queued") is None,
         timeout=120,

@@ -113,6 +113,11 @@ def test_the_readiness_endpoint_waits_for_the_webhooks_under_its_configured_name
         assert health(f"http://127.0.0.1:{live}/alive") == (200, {})
         assert health(f"http://127.0.0.1:{live}/readyz")[0] == 404, "the configured names, not the defaults"
         assert health(f"http://127.0.0.1:{live}/healthz")[0] == 404
+        webhooks, loop = op.operator.webhook_server, op._loop
+        assert webhooks is not None and webhooks.server is not None and loop is not None
+        asyncio.run_coroutine_threadsafe(webhooks.server.stop(), loop).result(10)
+        assert health(f"http://127.0.0.1:{live}/ready-now") == (500, None), "the webhook port closed"
+        assert health(f"http://127.0.0.1:{live}/alive") == (200, {}), "alive all the same"
         op.operator.ready.clear()  # as before start-up has passed
         assert health(f"http://127.0.0.1:{live}/ready-now") == (500, None)
 

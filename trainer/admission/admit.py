@@ -290,16 +290,23 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
                         f"must contain the required container for the ancestor: {ancestor}",
                     )
                 )
-    lifetime_errors, warnings = _lifetime_rules(runtime_obj)
-    errors += lifetime_errors
-    runtime = TrainingRuntime(runtime_obj)
-    missing = framework.missing_for(runtime.spec)
-    if missing:
-        errors.append(
-            invalid(
-                "spec", "object", f"needs plugins that are disabled in this operator: {', '.join(missing)}"
+    warnings: list[str] = []
+    # Ours (a Job's own deadline; plugins this operator has turned off) judge a spec as it is
+    # written. An update that leaves the spec as it was (a label, a finalizer removed: the one
+    # upstream's earlier releases left, controller/runtime_finalizers.py) is not refused for a
+    # spec it did not write, or a runtime accepted before could never be changed or deleted.
+    if old is None or old.get("spec") != runtime_obj.get("spec"):
+        lifetime_errors, warnings = _lifetime_rules(runtime_obj)
+        errors += lifetime_errors
+        missing = framework.missing_for(TrainingRuntime(runtime_obj).spec)
+        if missing:
+            errors.append(
+                invalid(
+                    "spec",
+                    "object",
+                    f"needs plugins that are disabled in this operator: {', '.join(missing)}",
+                )
             )
-        )
     if errors:
         raise AdmissionError(errors, warnings)
     meta = runtime_obj.get("metadata") or {}

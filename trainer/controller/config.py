@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import ssl
 from pathlib import Path
 from typing import Literal
 
@@ -179,7 +180,7 @@ class Metrics(_Section):
         return self.secure_serving if self.auth.enabled is None else self.auth.enabled
 
 
-_ENDPOINT_NAME = r"^[A-Za-z0-9._~-]{1,63}$"  # one path segment
+_ENDPOINT_NAME = r"^[A-Za-z0-9._~-]{1,63}$"  # one path segment (. and .. refused below)
 
 
 class Health(_Section):
@@ -192,6 +193,12 @@ class Health(_Section):
 
     @model_validator(mode="after")
     def _two_paths(self) -> Health:
+        for field, name in (
+            ("readinessEndpointName", self.readiness_endpoint_name),
+            ("livenessEndpointName", self.liveness_endpoint_name),
+        ):
+            if name in (".", ".."):
+                raise ValueError(f"health.{field}: {name!r} is not a path segment")
         if self.readiness_endpoint_name == self.liveness_endpoint_name:
             raise ValueError("health.readinessEndpointName and health.livenessEndpointName must differ")
         return self
@@ -201,6 +208,17 @@ class TLS(_Section):
     """Upstream's ``tls``, on every TLS server of the operator (controller/tls_options.py)."""
 
     min_version: Literal["", "1.0", "1.1", "1.2", "1.3"] = Field("", alias="minVersion")
+
+    @field_validator("min_version")
+    @classmethod
+    def _version(cls, value: str) -> str:
+        if value in ("1.0", "1.1"):
+            # Go would serve them; OpenSSL 3 at its default security level refuses them anyway.
+            raise ValueError(
+                f"{value!r}: this operator's TLS library ({ssl.OPENSSL_VERSION}) serves 1.2 and 1.3 only"
+            )
+        return value
+
     cipher_suites: list[str] = Field(default_factory=list, alias="cipherSuites", max_length=100)
     next_protos: list[str] = Field(default_factory=list, alias="nextProtos", max_length=10)
 

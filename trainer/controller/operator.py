@@ -96,9 +96,10 @@ class Running:
     status_server: StatusServerApp | None = None
     status_client: ApiClient | None = None
     status_tls: tempfile.TemporaryDirectory[str] | None = None
+    # The workers that remove upstream's leftover runtime finalizer start and stop with the others.
+    runtime_finalizers: RuntimeFinalizers | None = None
     # The metrics server, the client its reviews go through (metrics.auth), and a certificate of
     # its own when the webhooks' is not there.
-    runtime_finalizers: RuntimeFinalizers | None = None
     metrics_server: GuardedServer | None = None
     metrics_client: ApiClient | None = None
     metrics_tls: tempfile.TemporaryDirectory[str] | None = None
@@ -182,6 +183,7 @@ class Operator:
     credentials: Credentials | None = field(default=None, init=False)
     running: Running | None = field(default=None, init=False)
     tls: WebhookTLS | None = field(default=None, init=False)  # set by configure() when webhooks are on
+    webhook_server: WebhookServer | None = field(default=None, init=False)  # the same
 
     def __post_init__(self) -> None:
         plugins = self.config.plugins
@@ -195,6 +197,10 @@ class Operator:
         self.resources = Resources.of(self.framework)
         self.router = Router(self.cache, self.queue, self.resources, self.namespaces)
         self.router.runtime_finalizers = self.runtime_finalizers = RuntimeFinalizers(self.cache)
+        if "h2" in self.config.tls.next_protos:
+            logger.warning(
+                "tls.nextProtos: HTTP/2 is not served (the servers speak HTTP/1.1); offering http/1.1"
+            )
         self.webhooks = Webhooks(self.cache, self.framework)
         self.queue.metrics = self.metrics
         self.metrics.cr_workers.labels(controller=CONTROLLER).set(self.config.controller.trainjob_workers)
@@ -386,10 +392,6 @@ class Operator:
         """Upstream's ``tls`` (minimum version, cipher suites; HTTP/1.1 by ALPN) on a server's context."""
         settings = self.config.tls
         tls_options.apply(context, settings.min_version, settings.cipher_suites)
-        if "h2" in settings.next_protos:
-            logger.warning(
-                "tls.nextProtos: HTTP/2 is not served (the servers speak HTTP/1.1); offering http/1.1"
-            )
         return context
 
     async def _start_metrics_server(self, running: Running) -> None:
@@ -522,7 +524,7 @@ class Operator:
             certfile, pkeyfile = f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"
             self.tls = WebhookTLS(CertificateReloader(certfile, pkeyfile), self_signed)
             self._tls_settings(self.tls.reloader.context)  # the status server and metrics share it
-            settings.admission.server = WebhookServer(
+            settings.admission.server = self.webhook_server = WebhookServer(
                 host=webhook.host,
                 port=webhook.port,
                 context=self.tls.reloader.context,
@@ -594,14 +596,10 @@ class Operator:
             if not self.ready.is_set():
                 return web.json_response({"operator": "starting"}, status=500)
             checks = {"operator": "ok"}
-            webhook = self.config.webhook
-            if webhook.enabled:
-                host = "127.0.0.1" if webhook.host in ("", "0.0.0.0", "::") else webhook.host
-                try:
-                    _, writer = await asyncio.wait_for(asyncio.open_connection(host, webhook.port), 2.0)
-                except (OSError, TimeoutError):
+            if self.config.webhook.enabled:
+                server = self.webhook_server.server if self.webhook_server is not None else None
+                if server is None or not server.serving:
                     return web.json_response({**checks, "webhook-server": "not listening"}, status=500)
-                writer.close()
                 checks["webhook-server"] = "ok"
             return web.json_response(checks)
 

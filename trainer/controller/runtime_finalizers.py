@@ -30,7 +30,10 @@ logger = logging.getLogger("trainer.operator")
 
 RESOURCE_IN_USE = f"{c.GROUP}/resource-in-use"
 RuntimeKey = tuple[str, str | None, str]  # (kind, namespace, name)
-RETRY_SECONDS = 5.0  # after an error other than a conflict or a runtime gone
+# After a failure (anything but a conflict or a runtime gone): this long, doubled for each failure
+# of the same runtime in a row, up to the last; other runtimes go first meanwhile.
+RETRY_SECONDS = 1.0
+MAX_RETRY_SECONDS = 300.0
 
 
 def carries_it(obj: Obj) -> bool:
@@ -45,6 +48,7 @@ class RuntimeFinalizers:
         self.pending: dict[RuntimeKey, None] = {}  # ordered, without duplicates
         self.wake = asyncio.Event()
         self.removed = 0
+        self.failures: dict[RuntimeKey, int] = {}  # failed in a row
 
     def saw(self, obj: Obj) -> None:
         """A runtime the watches brought: queued when it carries the finalizer."""
@@ -60,6 +64,7 @@ class RuntimeFinalizers:
                 self.saw(obj)
 
     async def worker(self, client: ApiClient) -> None:
+        """Runs while this replica leads; no failure ends it (as a reconcile worker's does not)."""
         while True:
             if not self.pending:
                 self.wake.clear()
@@ -69,12 +74,24 @@ class RuntimeFinalizers:
             del self.pending[key]
             try:
                 await self.remove(client, key)
-            except ApiError as exc:
+            except Exception as exc:  # the API server's refusal, a connection given up, a bug
+                failures = self.failures[key] = self.failures.get(key, 0) + 1
+                delay = min(MAX_RETRY_SECONDS, RETRY_SECONDS * 2 ** (failures - 1))
                 logger.warning(
-                    "%s %s: removing the finalizer %s failed: %s", key[0], key[2], RESOURCE_IN_USE, exc
+                    "%s %s: removing the finalizer %s failed (%s); again in %.0f s",
+                    key[0],
+                    key[2],
+                    RESOURCE_IN_USE,
+                    exc if isinstance(exc, ApiError) else type(exc).__name__,
+                    delay,
                 )
-                await asyncio.sleep(RETRY_SECONDS)
-                self.pending.setdefault(key, None)
+                asyncio.get_running_loop().call_later(delay, self._again, key)
+            else:
+                self.failures.pop(key, None)
+
+    def _again(self, key: RuntimeKey) -> None:
+        self.pending.setdefault(key, None)
+        self.wake.set()
 
     async def remove(self, client: ApiClient, key: RuntimeKey) -> None:
         kind, namespace, name = key

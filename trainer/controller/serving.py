@@ -346,7 +346,8 @@ class GuardedServer:
 
     @property
     def serving(self) -> bool:
-        return self._server is not None
+        """Listening: started, not stopped."""
+        return self._server is not None and self._server.is_serving()
 
     async def stop(self) -> None:
         server, self._server = self._server, None

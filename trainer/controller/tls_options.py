@@ -92,7 +92,7 @@ def apply(context: ssl.SSLContext, min_version: str | None, cipher_suites: Seque
     """The settings on a server's context (before it serves: a context is shared by the servers
     that use the same certificate, and renewed certificates are loaded into it in place)."""
     if min_version:
-        context.minimum_version = VERSIONS[min_version]
+        context.minimum_version = VERSIONS[min_version]  # 1.2 or 1.3: the Configuration allows no other
     ciphers = openssl_ciphers(cipher_suites)
     if ciphers is not None:
         context.set_ciphers(ciphers)

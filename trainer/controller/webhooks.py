@@ -61,11 +61,22 @@ class Webhooks:
             raise kopf.AdmissionError(message, code=403) from exc
         warnings.extend(found)
 
-    def default(self, body: kopf.Body, old: kopf.Body | None, patch: kopf.Patch) -> None:
-        """The defaulting webhook: kopf diffs what ``default_object`` changes into a JSON patch."""
+    def default(
+        self, body: kopf.Body, old: kopf.Body | None, patch: kopf.Patch, warnings: list[str] | None = None
+    ) -> None:
+        """The defaulting webhook: kopf diffs what ``default_object`` changes into a JSON patch.
+        Each field of ours an update left out and that is kept gets a warning: the client sees
+        that its update did not remove it (docs/decisions.md §extensions-survive)."""
         from trainer.admission.admit import default_object
+        from trainer.admission.extensions import keep_extensions
 
         stored = _plain(old) if old is not None else None
+        if warnings is not None:
+            for path in keep_extensions(_plain(body), stored):
+                warnings.append(
+                    f"{path}: not in this update, so kept as it was (clients built on upstream's API "
+                    "do not know the field); to change it, set another value"
+                )
         now = utc_now()
         # kopf hands each function a deep copy of the body made of plain dicts and lists.
         patch.fns.append(lambda obj: default_object(cast(Obj, obj), stored, now))
@@ -84,9 +95,14 @@ class Webhooks:
             self.validate(body, old, warnings)
 
         async def _default(
-            *, body: kopf.Body, patch: kopf.Patch, old: kopf.Body | None = None, **_: object
+            *,
+            body: kopf.Body,
+            patch: kopf.Patch,
+            warnings: list[str],
+            old: kopf.Body | None = None,
+            **_: object,
         ) -> None:
-            self.default(body, old, patch)
+            self.default(body, old, patch, warnings)
 
         for resource in OWN:
             rtype = resource.type

@@ -97,6 +97,11 @@ app.kubernetes.io/component: manager
 {{- end }}
 
 {{- define "trainer.manager.labels" -}}
+{{- range $key, $_ := .Values.manager.selectorLabels }}
+{{- if or (hasKey ($.Values.manager.labels | default dict) $key) (hasKey ($.Values.commonLabels | default dict) $key) }}
+{{- fail (printf "manager.selectorLabels.%s is also in manager.labels or commonLabels: a pod would not match its own selector" $key) }}
+{{- end }}
+{{- end }}
 {{ include "trainer.labels" . }}
 app.kubernetes.io/component: manager
 {{- with .Values.manager.selectorLabels }}
@@ -200,7 +205,7 @@ controller:
     ClusterTrainingRuntime.trainer.kubeflow.org: {{ $c.controller.groupKindConcurrency.clusterTrainingRuntime | default 1 }}
 webhook:
   enabled: true
-  host: {{ $c.webhook.host | default "0.0.0.0" | quote }}
+  host: {{ $c.webhook.host | default "" | quote }}
   port: {{ $c.webhook.port }}
   certDir: {{ include "trainer.certDir" . }}
   manageConfiguration: false
@@ -225,6 +230,9 @@ metrics:
   secureServing: {{ include "trainer.metrics.secure" . | eq "true" }}
   auth:
     enabled: {{ include "trainer.metrics.auth" . | eq "true" }}
+{{- if eq ($c.health.readinessEndpointName | default "readyz") ($c.health.livenessEndpointName | default "healthz") }}
+{{- fail "manager.config.health.readinessEndpointName and livenessEndpointName must differ" }}
+{{- end }}
 health:
   healthProbeBindAddress: {{ $c.health.healthProbeBindAddress | quote }}
   readinessEndpointName: {{ $c.health.readinessEndpointName | default "readyz" | quote }}
