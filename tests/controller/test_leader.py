@@ -360,3 +360,70 @@ def test_replicas_racing_for_a_free_lease_elect_exactly_one() -> None:
             await replica.elector.stop()
 
     run(main)
+
+
+def test_the_campaign_has_the_budget_it_needs_whatever_the_reconcilers(tmp_path: Any) -> None:
+    """A clientConnection of one request a second (sized for the reconciler) once had the leader
+    miss renewals (a read and a write each retry period) and step down every few seconds. The
+    elector's own client never has less than four requests a retry period."""
+    from trainer_sandbox.apiserver import LocalAPIServer
+
+    from trainer.controller.credentials import Credentials
+    from trainer.controller.operator import ELECTION_REQUESTS, Operator
+
+    config = Configuration.model_validate(
+        {
+            "clientConnection": {"qps": 1, "burst": 1},
+            "leaderElection": {
+                "leaderElect": True,
+                "renewDeadline": "3s",
+                "leaseDuration": "4s",
+                "retryPeriod": "1s",
+            },
+        }
+    )
+    with LocalAPIServer() as server:
+
+        async def main() -> tuple[float, int]:
+            credentials = Credentials.of(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+            await credentials.current()
+            elector = Operator(config=config)._elector(credentials, "default")
+            limiter = elector.client.limiter
+            await elector.client.close()
+            return limiter.qps, limiter.burst
+
+        qps, burst = asyncio.run(main())
+    assert (qps, burst) == (ELECTION_REQUESTS / 1.0, ELECTION_REQUESTS)
+
+
+def test_the_holders_own_lease_duration_counts_not_this_replicas() -> None:
+    """client-go's rule: a record holds for the leaseDurationSeconds written in it. A holder with a
+    longer lease (another configuration, an administrator handing the Lease over) is not deposed
+    after this replica's shorter duration; that replica took it back 4 s after being usurped for
+    an hour, and wrote as leader again."""
+    api = LeaseApi()
+    now = "2026-11-27T00:00:00.000000Z"
+    api.lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "trainer.kubeflow.org", "namespace": "default", "resourceVersion": "1"},
+        "spec": {
+            "holderIdentity": "usurper",
+            "leaseDurationSeconds": 3600,
+            "renewTime": now,
+            "acquireTime": now,
+        },
+    }
+
+    async def main() -> None:
+        a = Replica(api, "a")
+        a.elector.start()
+        await asyncio.sleep(3 * TIMING.lease_duration)  # well past a's own duration (0.6 s)
+        assert not a.elector.leading and api.writes == []
+        # Released (as a stopping leader writes it: one second): taken within that second.
+        assert api.lease is not None
+        api.lease["spec"] = {**api.lease["spec"], "holderIdentity": "", "leaseDurationSeconds": 1}
+        await until(lambda: a.elector.leading, timeout=2)
+        await a.elector.stop()
+
+    run(main)

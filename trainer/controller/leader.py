@@ -8,8 +8,9 @@ change is an update with the resourceVersion read just before it, so two replica
 once cannot both win (the second gets 409).
 
 - **Acquiring.** A replica takes the Lease when nobody holds it, or when its record has not
-  changed for ``leaseDuration`` by this replica's own clock (client-go's rule: the time a
-  record was *observed*, not the ``renewTime`` written by another machine's clock). A follower
+  changed for the record's own ``leaseDurationSeconds`` by this replica's own clock (client-go's
+  rule: the time a record was *observed*, not the ``renewTime`` written by another machine's
+  clock; and the holder's duration, not this replica's configured one). A follower
   looks every ``retryPeriod`` and again at the moment the record it saw would expire, so it takes
   over at most ``leaseDuration`` + ``retryPeriod`` after the holder's last renewal.
 - **Renewing.** The holder renews every ``retryPeriod``. Its writes are fenced (:class:`Fence`):
@@ -230,7 +231,7 @@ class Elector:
             # expires, so it takes over within leaseDuration + retryPeriod of the last renewal.
             wake = started + retry * random.uniform(0.8, 1.0)
             if outcome is Attempt.HELD:
-                wake = min(wake, self._observed_at + self.timing.lease_duration + 0.001)
+                wake = min(wake, self._observed_at + self._record_duration() + 0.001)
             await asyncio.sleep(max(0.0, wake - self.clock()))
 
     async def _renew(self) -> None:
@@ -305,7 +306,7 @@ class Elector:
             self._last_holder = holder
             if holder and holder != self.identity:
                 logger.info("leader election: %s holds Lease %s/%s", holder, self.namespace, self.name)
-        expired = self._observed_at + self.timing.lease_duration <= self.clock()
+        expired = self._observed_at + self._record_duration() <= self.clock()
         if holder and holder != self.identity and not expired:
             return Attempt.HELD
         ours = holder == self.identity  # a renewal: the acquisition and the count stay
@@ -317,6 +318,18 @@ class Elector:
             "leaseTransitions": int(spec.get("leaseTransitions") or 0) + (0 if ours else 1),
         }
         return await self._update(lease, wanted)
+
+    def _record_duration(self) -> float:
+        """How long the record seen holds: its ``leaseDurationSeconds`` (a holder that released
+        it wrote 1; another configuration may hold it longer); this replica's own when it has none,
+        or when it is what this replica would write itself (whole seconds of the same duration)."""
+        try:
+            seconds = float((self._observed or {}).get("leaseDurationSeconds") or 0)
+        except (TypeError, ValueError):
+            seconds = 0.0
+        if seconds <= 0 or seconds == max(1, int(self.timing.lease_duration)):
+            return self.timing.lease_duration
+        return seconds
 
     async def _create(self, now: str) -> Attempt:
         spec: Obj = {

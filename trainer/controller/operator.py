@@ -66,6 +66,9 @@ class StartupError(Exception):
 
 C = TypeVar("C", bound=ApiClient)
 # The kubelet's probes: one request at a time, now and then.
+# Requests the leader election's client may make each retry period at least: a try is a read and
+# a write, and one more try fits within the period.
+ELECTION_REQUESTS = 4
 # The metrics server's own client, for its TokenReviews and SubjectAccessReviews: one per scraper
 # a minute or so, once its verdicts are kept (controller/metrics_auth.py).
 METRICS_AUTH_QPS = 5.0
@@ -433,11 +436,17 @@ class Operator:
         """The Lease campaign: while this replica leads, the workers run; the moment it stops, they stop.
 
         Its client is its own (a renewal never waits on the reconciler's budget) and makes one try
-        per request: the elector retries on its own schedule, within the renew deadline.
+        per request: the elector retries on its own schedule, within the renew deadline. Its
+        budget is never below what the campaign needs, two requests (read, write) each retry
+        period with room to spare: a ``clientConnection`` of one request a second, sized for the
+        reconciler, would have the leader miss its renewals and step down over and over.
         """
         election = self.config.leader_election
         budget = self.config.client_connection
-        client = self._observed(ApiClient.from_credentials(credentials, qps=budget.qps, burst=budget.burst))
+        qps = max(budget.qps, ELECTION_REQUESTS / election.retry_period_seconds)
+        client = self._observed(
+            ApiClient.from_credentials(credentials, qps=qps, burst=max(budget.burst, ELECTION_REQUESTS))
+        )
         client.retries = 0
         gauge = self.metrics.leader.labels(name=election.resource_name)
 
