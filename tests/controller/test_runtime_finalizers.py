@@ -28,6 +28,19 @@ def runtime(kind: str, name: str, finalizers: list[str], namespace: str | None =
     return {"apiVersion": API, "kind": kind, "metadata": meta, "spec": {}}
 
 
+def legacy(name: str) -> Obj:
+    """A ClusterTrainingRuntime as upstream's v2.0 to v2.2 left it."""
+    return runtime("ClusterTrainingRuntime", name, [rf.RESOURCE_IN_USE])
+
+
+def over_cache(*objs: Obj) -> rf.RuntimeFinalizers:
+    """Finalizer removal over a cache that holds ``objs``."""
+    cache = Cache()
+    for obj in objs:
+        cache.observe(obj)
+    return rf.RuntimeFinalizers(cache)
+
+
 class Client:
     def __init__(self, fail: list[ApiError] | None = None) -> None:
         self.requests: list[tuple[str, str, Obj, str]] = []
@@ -54,11 +67,11 @@ def drain(finalizers: rf.RuntimeFinalizers, client: Client) -> None:
 
 
 def test_the_finalizer_alone_is_removed_with_the_version_it_was_seen_at() -> None:
-    cache = Cache()
-    legacy = runtime("TrainingRuntime", "legacy", ["example.com/keep", rf.RESOURCE_IN_USE], "team", rv="42")
-    cache.observe(legacy)
-    finalizers = rf.RuntimeFinalizers(cache)
-    finalizers.saw(legacy)
+    namespaced = runtime(
+        "TrainingRuntime", "legacy", ["example.com/keep", rf.RESOURCE_IN_USE], "team", rv="42"
+    )
+    finalizers = over_cache(namespaced)
+    finalizers.saw(namespaced)
     client = Client()
     drain(finalizers, client)
     assert client.requests == [
@@ -73,12 +86,9 @@ def test_the_finalizer_alone_is_removed_with_the_version_it_was_seen_at() -> Non
 
 
 def test_a_cluster_runtime_loses_it_too_and_runtimes_without_it_cost_nothing() -> None:
-    cache = Cache()
-    legacy = runtime("ClusterTrainingRuntime", "legacy", [rf.RESOURCE_IN_USE])
-    clean = runtime("ClusterTrainingRuntime", "clean", ["example.com/keep"])
-    for obj in (legacy, clean):
-        cache.observe(obj)
-    finalizers = rf.RuntimeFinalizers(cache)
+    finalizers = over_cache(
+        legacy("legacy"), runtime("ClusterTrainingRuntime", "clean", ["example.com/keep"])
+    )
     finalizers.saw_all()  # a replica that starts leading looks at every runtime
     client = Client()
     drain(finalizers, client)
@@ -92,11 +102,9 @@ def test_a_cluster_runtime_loses_it_too_and_runtimes_without_it_cost_nothing() -
 
 @pytest.mark.parametrize("code", [404, 409])
 def test_a_runtime_gone_or_changed_is_left_to_its_next_watch_event(code: int) -> None:
-    cache = Cache()
-    legacy = runtime("ClusterTrainingRuntime", "legacy", [rf.RESOURCE_IN_USE])
-    cache.observe(legacy)
-    finalizers = rf.RuntimeFinalizers(cache)
-    finalizers.saw(legacy)
+    left = legacy("legacy")
+    finalizers = over_cache(left)
+    finalizers.saw(left)
     client = Client(fail=[ApiError(code, {"reason": "Conflict" if code == 409 else "NotFound"})])
     drain(finalizers, client)
     assert len(client.requests) == 1 and not finalizers.pending and finalizers.removed == 0
@@ -109,13 +117,9 @@ def test_any_failure_is_tried_again_and_the_worker_goes_on(
     monkeypatch: pytest.MonkeyPatch, failure: Exception
 ) -> None:
     monkeypatch.setattr(rf, "RETRY_SECONDS", 0.01)
-    cache = Cache()
-    legacy = runtime("ClusterTrainingRuntime", "legacy", [rf.RESOURCE_IN_USE])
-    later = runtime("ClusterTrainingRuntime", "later", [rf.RESOURCE_IN_USE])
-    for obj in (legacy, later):
-        cache.observe(obj)
-    finalizers = rf.RuntimeFinalizers(cache)
-    finalizers.saw(legacy)
+    first, later = legacy("legacy"), legacy("later")
+    finalizers = over_cache(first, later)
+    finalizers.saw(first)
     client = Client(fail=[failure])  # type: ignore[list-item]
 
     async def main() -> None:
@@ -135,12 +139,8 @@ def test_a_runtime_that_keeps_failing_backs_off_and_lets_others_go_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(rf, "RETRY_SECONDS", 0.05)
-    cache = Cache()
-    stuck = runtime("ClusterTrainingRuntime", "stuck", [rf.RESOURCE_IN_USE])
-    fine = runtime("ClusterTrainingRuntime", "fine", [rf.RESOURCE_IN_USE])
-    for obj in (stuck, fine):
-        cache.observe(obj)
-    finalizers = rf.RuntimeFinalizers(cache)
+    stuck, fine = legacy("stuck"), legacy("fine")
+    finalizers = over_cache(stuck, fine)
     finalizers.saw(stuck)
     finalizers.saw(fine)
 

@@ -208,6 +208,8 @@ class TLS(_Section):
     """Upstream's ``tls``, on every TLS server of the operator (controller/tls_options.py)."""
 
     min_version: Literal["", "1.0", "1.1", "1.2", "1.3"] = Field("", alias="minVersion")
+    cipher_suites: list[str] = Field(default_factory=list, alias="cipherSuites", max_length=100)
+    next_protos: list[str] = Field(default_factory=list, alias="nextProtos", max_length=10)
 
     @field_validator("min_version")
     @classmethod
@@ -218,9 +220,6 @@ class TLS(_Section):
                 f"{value!r}: this operator's TLS library ({ssl.OPENSSL_VERSION}) serves 1.2 and 1.3 only"
             )
         return value
-
-    cipher_suites: list[str] = Field(default_factory=list, alias="cipherSuites", max_length=100)
-    next_protos: list[str] = Field(default_factory=list, alias="nextProtos", max_length=10)
 
     @field_validator("cipher_suites")
     @classmethod

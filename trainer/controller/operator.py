@@ -65,7 +65,6 @@ class StartupError(Exception):
 
 
 C = TypeVar("C", bound=ApiClient)
-# The kubelet's probes: one request at a time, now and then.
 # Requests the leader election's client may make each retry period at least: a try is a read and
 # a write, and one more try fits within the period.
 ELECTION_REQUESTS = 4
@@ -73,6 +72,7 @@ ELECTION_REQUESTS = 4
 # a minute or so, once its verdicts are kept (controller/metrics_auth.py).
 METRICS_AUTH_QPS = 5.0
 METRICS_AUTH_BURST = 10
+# The kubelet's probes: one request at a time, now and then.
 HEALTH_LIMITS = Limits(max_connections=16, head_seconds=10.0, idle_seconds=60.0, max_body=0, max_in_flight=4)
 
 
@@ -365,11 +365,9 @@ class Operator:
         )
         if self.tls is not None:  # the webhooks' certificate, renewed in place in this context
             reloader = self.tls.reloader
-            certfile, keyfile, context = reloader.certfile, reloader.keyfile, reloader.context
         else:
-            running.status_tls = _self_signed(urlsplit(url).hostname)
-            certfile, keyfile = f"{running.status_tls.name}/tls.crt", f"{running.status_tls.name}/tls.key"
-            context = self._tls_settings(CertificateReloader(certfile, keyfile).context)
+            running.status_tls, reloader = self._own_certificate(urlsplit(url).hostname, "status-server")
+        certfile, keyfile, context = reloader.certfile, reloader.keyfile, reloader.context
         context.load_cert_chain(certfile, keyfile)  # the webhook server may not have loaded it yet
         authority = ss.CertificateAuthority(cert_dir=Path(certfile).parent)
         interval = 30.0
@@ -391,11 +389,20 @@ class Operator:
         await server.start()
         running.status_server = server
 
-    def _tls_settings(self, context: ssl.SSLContext) -> ssl.SSLContext:
+    def _tls_settings(self, context: ssl.SSLContext) -> None:
         """Upstream's ``tls`` (minimum version, cipher suites; HTTP/1.1 by ALPN) on a server's context."""
         settings = self.config.tls
         tls_options.apply(context, settings.min_version, settings.cipher_suites)
-        return context
+
+    def _own_certificate(
+        self, host: str | None, purpose: str
+    ) -> tuple[tempfile.TemporaryDirectory[str], CertificateReloader]:
+        """A self-signed certificate for a server that cannot share the webhooks' (they are off),
+        in a context with the ``tls`` settings; the directory goes when the server does."""
+        directory = _self_signed(host, purpose)
+        reloader = CertificateReloader(f"{directory.name}/tls.crt", f"{directory.name}/tls.key")
+        self._tls_settings(reloader.context)
+        return directory, reloader
 
     async def _start_metrics_server(self, running: Running) -> None:
         """``/metrics`` (controller/metrics.py), on every replica: over HTTPS with the webhooks'
@@ -408,10 +415,7 @@ class Operator:
             if self.tls is not None:  # renewed in place, with the webhooks'
                 reloader = self.tls.reloader
             else:
-                running.metrics_tls = _self_signed("localhost", "metrics")
-                directory = running.metrics_tls.name
-                reloader = CertificateReloader(f"{directory}/tls.crt", f"{directory}/tls.key")
-                self._tls_settings(reloader.context)
+                running.metrics_tls, reloader = self._own_certificate("localhost", "metrics")
             context = reloader.context
             context.load_cert_chain(reloader.certfile, reloader.keyfile)
         auth: MetricsAuth | None = None

@@ -244,9 +244,8 @@ class Reconciler:
                 # Only a child this TrainJob controls (docs/decisions.md §11), and only that
                 # incarnation of it: the uid is the delete's precondition.
                 observed = self.cache.get(kind, namespace, name)
-                if observed is None or not controlled_by(observed, trainjob):
-                    continue
-                await self.writer.delete(kind, namespace, name, report, uid=observed["metadata"].get("uid"))
+                if observed is not None and controlled_by(observed, trainjob):
+                    await self.writer.delete(observed, report)
         except ApiError as exc:
             # docs/decisions.md §3: objects refused by the API server show on status too.
             write_error = exc

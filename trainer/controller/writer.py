@@ -143,14 +143,14 @@ class Writer:
             return await self.client.create(rtype, namespace, obj, field_manager=FIELD_MANAGER)
         return await self.client.apply(rtype, namespace, obj, field_manager=FIELD_MANAGER, force=False)
 
-    async def delete(
-        self, kind: str, namespace: str, name: str, report: WriteReport, *, uid: str | None = None
-    ) -> None:
-        observed = self.cache.get(kind, namespace, name)
-        if observed is None:
-            return
+    async def delete(self, observed: Obj, report: WriteReport) -> None:
+        """Delete that object, that incarnation of it only: its uid is the precondition."""
+        meta = observed["metadata"]
+        kind, namespace, name = observed["kind"], meta.get("namespace") or "default", meta["name"]
         try:
-            await self.client.delete(self.resources.resource_of(observed), namespace, name, uid=uid)
+            await self.client.delete(
+                self.resources.resource_of(observed), namespace, name, uid=meta.get("uid")
+            )
         except ApiError as exc:
             if exc.code not in (404, 409):  # gone, or another object has the name now
                 raise
