@@ -33,7 +33,7 @@ JOBSET_MODULE = "sigs.k8s.io/jobset"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
-def _docs(path: Path) -> list[Obj]:
+def documents(path: Path) -> list[Obj]:
     if path.suffix == ".json":
         return [json.loads(path.read_text())]
     return [d for d in yaml.load_all(path.read_text(), Loader=_Loader) if isinstance(d, dict)]
@@ -41,10 +41,16 @@ def _docs(path: Path) -> list[Obj]:
 
 def jobset_module_dir(go_module: Path) -> Path:
     """Where the Go module cache holds the JobSet module ``go_module`` (``cluster/``) pins."""
+    return module_dir(go_module, JOBSET_MODULE)
+
+
+def module_dir(go_module: Path, module: str) -> Path:
+    """Where the Go module cache holds ``module`` at the version ``go_module`` (``cluster/``) pins:
+    manifests are read from there, so they always match the binary built from the same module."""
     env = {**os.environ, "GOFLAGS": "-mod=readonly", "GOPROXY": "off"}
     try:
         out = subprocess.run(
-            ["go", "list", "-m", "-f", "{{.Dir}}", JOBSET_MODULE],
+            ["go", "list", "-m", "-f", "{{.Dir}}", module],
             cwd=go_module,
             env=env,
             capture_output=True,
@@ -52,14 +58,14 @@ def jobset_module_dir(go_module: Path) -> Path:
             check=True,
         )
     except FileNotFoundError:
-        raise RuntimeError("`go` is not on PATH: it locates JobSet's CRDs in the module cache") from None
-    except subprocess.CalledProcessError as e:
         raise RuntimeError(
-            f"`go list -m {JOBSET_MODULE}` in {go_module} failed: {e.stderr.strip()}"
+            f"`go` is not on PATH: it locates {module}'s manifests in the module cache"
         ) from None
+    except subprocess.CalledProcessError as e:
+        raise RuntimeError(f"`go list -m {module}` in {go_module} failed: {e.stderr.strip()}") from None
     path = Path(out.stdout.strip())
-    if not (path / "config").is_dir():
-        raise RuntimeError(f"{JOBSET_MODULE} is not in the module cache ({path}); run cluster/build")
+    if not path.is_dir() or not any(path.iterdir()):
+        raise RuntimeError(f"{module} is not in the module cache ({path}); run cluster/build")
     return path
 
 
@@ -151,7 +157,7 @@ def jobset_crds(module: Path) -> list[Obj]:
     return [
         d
         for p in sorted(base.glob("*.yaml"))
-        for d in _docs(p)
+        for d in documents(p)
         if d.get("kind") == "CustomResourceDefinition"
     ]
 
@@ -162,7 +168,7 @@ def trainer_and_podgroup_crds() -> list[Obj]:
     from trainer_sandbox.sandbox import trainer_crd_files
 
     paths = [*trainer_crd_files(), *sorted((_SANDBOX / "crds").glob("scheduling.*_podgroups.json"))]
-    return [d for p in paths for d in _docs(p) if d.get("kind") == "CustomResourceDefinition"]
+    return [d for p in paths for d in documents(p) if d.get("kind") == "CustomResourceDefinition"]
 
 
 def runtimes() -> list[Obj]:
@@ -171,7 +177,7 @@ def runtimes() -> list[Obj]:
     return [
         d
         for p in runtime_files()
-        for d in _docs(p)
+        for d in documents(p)
         if d.get("kind") in ("ClusterTrainingRuntime", "TrainingRuntime")
     ]
 
@@ -199,12 +205,11 @@ def jobset_webhooks(module: Path, port: int, ca_pem: bytes) -> list[Obj]:
     patches: the pod webhooks only see pods with a JobSet label), pointed at our out-of-cluster
     webhook server by URL."""
     webhook_dir = module / "config" / "components" / "webhook"
-    configs = _docs(webhook_dir / "manifests.yaml")
+    configs = documents(webhook_dir / "manifests.yaml")
     patches = {
         "MutatingWebhookConfiguration": webhook_dir / "patches" / "mutating-patch.yaml",
         "ValidatingWebhookConfiguration": webhook_dir / "patches" / "validating-patch.yaml",
     }
-    bundle = base64.b64encode(ca_pem).decode()
     for config in configs:
         patch = patches.get(config["kind"])
         if patch is not None and patch.exists():
@@ -212,11 +217,25 @@ def jobset_webhooks(module: Path, port: int, ca_pem: bytes) -> list[Obj]:
                 m = re.fullmatch(r"/webhooks/(\d+)", str(op.get("path", "")))
                 if op.get("op") == "replace" and m:
                     config["webhooks"][int(m.group(1))] = op["value"]
-        config["metadata"] = {"name": "jobset-" + config["metadata"]["name"]}
+    return webhooks_by_url(configs, "jobset-", port, ca_pem)
+
+
+def webhooks_by_url(configs: Iterable[Obj], prefix: str, port: int, ca_pem: bytes) -> list[Obj]:
+    """Webhook configurations as a project's manifests write them (``clientConfig.service``), for
+    its controller run out of cluster: each hook called by URL on loopback ``port``, its server's
+    certificate checked against ``ca_pem``, the configuration named with ``prefix``."""
+    bundle = base64.b64encode(ca_pem).decode()
+    out = []
+    for config in configs:
+        config = {**config, "metadata": {"name": prefix + config["metadata"]["name"]}}
+        hooks = []
         for hook in config["webhooks"]:
             path = hook["clientConfig"]["service"]["path"]
-            hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}
-    return configs
+            hooks.append(
+                {**hook, "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": bundle}}
+            )
+        out.append({**config, "webhooks": hooks})
+    return out
 
 
 def create_all(kube: Kube, objs: Iterable[Obj]) -> None:
