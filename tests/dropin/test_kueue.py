@@ -313,3 +313,46 @@ def test_a_preempted_trainjob_suspends_and_resumes_on_the_same_jobset(cluster: R
         "low's pods running again",
     )
     assert cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "low")["metadata"]["uid"] == jobset_uid
+    # It would run for ever: deleted, so its quota is free for the tests after this one.
+    cluster.delete(TJ, "TrainJob", "low")
+    wait_for(lambda: workload(cluster, "low") is None, "low's Workload gone")
+
+
+@pytest.mark.parametrize(
+    "runtime_resources, per_node",
+    [
+        ({"requests": {"memory": "2Gi"}}, {"requests": {"cpu": "1"}}),
+        ({"limits": {"memory": "2Gi"}}, {"requests": {"cpu": "1"}}),
+        ({"requests": {"memory": "2Gi"}}, {"limits": {"cpu": "1"}}),
+    ],
+    ids=["requests-and-requests", "limits-and-requests", "requests-and-limits"],
+)
+def test_kueue_counts_a_runtimes_own_resources_as_our_pods_request_them(
+    cluster: RealCluster,
+    runtime_resources: dict[str, Any],
+    per_node: dict[str, Any],
+    request: pytest.FixtureRequest,
+) -> None:
+    """Resources the runtime's container sets, merged with the TrainJob's resourcesPerNode: what
+    Kueue counts against the quota is what our pods request (docs/kueue.md, "Resources")."""
+    name = "merged-" + str(request.node.callspec.id)
+    spec = cluster.get(TJ, "ClusterTrainingRuntime", "torch-distributed", namespace="")["spec"]
+    pod = spec["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["containers"][0]["resources"] = runtime_resources
+    cluster.create({"apiVersion": TJ, "kind": "TrainingRuntime", "metadata": {"name": name}, "spec": spec})
+    job = trainjob(name, run="1", runtimeRef={"name": name, "kind": "TrainingRuntime"})
+    job["spec"]["trainer"]["resourcesPerNode"] = per_node
+    cluster.create(job)
+    wait_for(lambda: workload_condition(workload(cluster, name), "Admitted"), f"{name} admitted")
+    counted = workload(cluster, name) or {}
+    ours = cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", name)
+    assert jobset_pod_sets(ours) == pod_sets(counted)
+    limits = [
+        c.get("resources", {}).get("limits")
+        for c in ours["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"]
+    ]
+    assert limits == [
+        c.get("resources", {}).get("limits")
+        for c in counted["spec"]["podSets"][0]["template"]["spec"]["containers"]
+    ]
+    admitted_and_completed(cluster, name)
