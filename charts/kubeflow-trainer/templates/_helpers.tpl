@@ -94,6 +94,29 @@ app.kubernetes.io/component: manager
 {{- with .Values.manager.selectorLabels }}
 {{ toYaml . }}
 {{- end }}
+{{- include "trainer.manager.keptSelectorLabels" . }}
+{{- end }}
+
+{{- /*
+A Deployment's selector cannot change, so an upgrade of a release whose Deployment selects with
+labels ours does not (upstream's chart adds app.kubernetes.io/part-of) keeps them: each label of
+the existing selector that our pods carry with the same value is selected on too. Nothing is
+looked up by `helm template`, or on a fresh install.
+*/ -}}
+{{- define "trainer.manager.keptSelectorLabels" -}}
+{{- $existing := lookup "apps/v1" "Deployment" .Release.Namespace (include "trainer.manager.name" .) }}
+{{- $selector := dig "spec" "selector" "matchLabels" dict ($existing | default dict) }}
+{{- if $selector }}
+{{- $ours := include "trainer.selectorLabels" . | fromYaml }}
+{{- $_ := set $ours "app.kubernetes.io/component" "manager" }}
+{{- $ours = merge $ours (.Values.manager.selectorLabels | default dict) }}
+{{- $pod := include "trainer.manager.labels" . | fromYaml }}
+{{- range $key, $value := $selector }}
+{{- if and (not (hasKey $ours $key)) (eq (toString (get $pod $key)) (toString $value)) }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
 
 {{- define "trainer.manager.labels" -}}
