@@ -27,6 +27,20 @@ def nodes_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPla
         plane.stop()
 
 
+@pytest.fixture(scope="module")
+def bare_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """Two real nodes and nothing of ours: no trainer CRDs, runtimes or public ConfigMap (the
+    PodGroup CRDs stay), for a chart to install."""
+    require_real_nodes()
+    plane = ControlPlane.start(
+        tmp_path_factory.mktemp("bare-nodes"), bin_dir=build_binaries(), real_nodes=2, trainer_objects=False
+    )
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
 @pytest.fixture
 def kubectl(nodes_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[Kubectl]:
     namespace = "t-" + request.node.name.replace("_", "-")[:50].strip("-").lower()

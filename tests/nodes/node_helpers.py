@@ -69,6 +69,19 @@ class Kubectl:
         return out.strip()
 
 
+def helm(plane: ControlPlane, *args: str, timeout: float = 600) -> str:
+    """``helm ARGS`` as the cluster's admin, with helm's caches in the cluster's directory."""
+    out = subprocess.run(
+        [str(plane.bin_dir / "helm"), "--kubeconfig", str(plane.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={"HOME": str(plane.dir), "PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
 def leftovers(directory: Path, cluster_id: str) -> list[str]:
     """Whatever of a cluster with real nodes is still on the machine after ``down``."""
     found: list[str] = []

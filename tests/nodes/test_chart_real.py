@@ -6,45 +6,20 @@ reaches the webhooks through the chart's Service; and a TrainJob runs to complet
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from node_helpers import Kubectl, require_real_nodes
-from trainer_sandbox.cluster import ControlPlane, build_binaries
+from node_helpers import Kubectl, helm
+from trainer_sandbox.cluster import ControlPlane
 
 pytestmark = pytest.mark.real_nodes
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "kubeflow-trainer"
 NAMESPACE = "kubeflow-system"
 RELEASE = "trainer"
-
-
-@pytest.fixture(scope="module")
-def bare_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    require_real_nodes()
-    plane = ControlPlane.start(
-        tmp_path_factory.mktemp("chart-nodes"), bin_dir=build_binaries(), real_nodes=2, trainer_objects=False
-    )
-    try:
-        yield plane
-    finally:
-        plane.stop()
-
-
-def helm(plane: ControlPlane, *args: str, timeout: float = 600) -> str:
-    out = subprocess.run(
-        [str(plane.bin_dir / "helm"), "--kubeconfig", str(plane.kubeconfig), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={"HOME": str(plane.dir), "PATH": "/usr/bin:/bin"},  # helm's caches in the cluster's directory
-    )
-    assert out.returncode == 0, f"helm {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
-    return out.stdout
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -24,7 +25,7 @@ from typing import Any
 import yaml
 
 from trainer.api.objects import Obj
-from trainer_sandbox.cluster import install, processes
+from trainer_sandbox.cluster import install, oci, processes, registry
 from trainer_sandbox.cluster.controlplane import GO_MODULE, ControlPlane, _child_env
 from trainer_sandbox.cluster.kube import Kube, KubeError, probe
 from trainer_sandbox.cluster.pki import webhook_serving_pair
@@ -32,6 +33,8 @@ from trainer_sandbox.ports import free_port
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 UPSTREAM_MODULE = "github.com/kubeflow/trainer/v2"
+# The image upstream's chart v2.3.0 runs (its registry, repository, and the chart's version as tag).
+UPSTREAM_IMAGE = "ghcr.io/kubeflow/trainer/trainer-controller-manager:v2.3.0"
 # What Kueue manages here: TrainJobs, and JobSets (a TrainJob's JobSet is its child, which Kueue
 # leaves to the TrainJob's workload).
 KUEUE_FRAMEWORKS = ("jobset.x-k8s.io/jobset", "trainer.kubeflow.org/trainjob")
@@ -349,3 +352,36 @@ def _upstream_webhooks_active(admin: Kube) -> bool:
     except KubeError as e:
         return "validator.trainjob.trainer.kubeflow.org" in e.message
     return False
+
+
+def upstream_image(bin_dir: Path) -> oci.Blobs:
+    """Upstream's controller image as its Dockerfile makes it: the static binary as ``/manager``,
+    run as the distroless base's non-root user. The base adds nothing this binary reads."""
+    binary = oci.File("manager", source=bin_dir / "trainer-controller-manager")
+    image = oci.Image(UPSTREAM_IMAGE, entrypoint=["/manager"], user="65532:65532")
+    return oci.image_blobs(image, [oci.file_layer([binary])])
+
+
+def push_to_nodes(plane: ControlPlane, image: str, blobs: oci.Blobs) -> int:
+    """Push an image into the registry a cluster with real nodes pulls from (docker.io, ghcr.io
+    and nvcr.io are mirrored to it), through its loopback writer; the count of blobs uploaded."""
+    config = yaml.safe_load((plane.dir / "registry-push.yaml").read_text())
+    return registry.Client(config["http"]["addr"]).push(image, blobs)
+
+
+def upstream_chart(directory: Path) -> Path:
+    """Upstream's chart, copied from its module into ``directory``, without its dependencies.
+
+    Helm refuses a chart whose dependencies are missing from ``charts/`` whatever their
+    conditions; upstream's are JobSet and LWS charts from OCI registries this machine cannot
+    reach, and both are off once ``jobset.install`` is false (the cluster runs JobSet already).
+    """
+    source = module_dir(UPSTREAM_MODULE) / "charts" / "kubeflow-trainer"
+    target = directory / "kubeflow-trainer"
+    shutil.copytree(source, target)
+    for path in [target, *target.rglob("*")]:  # the module cache is read-only
+        path.chmod(path.stat().st_mode | 0o200)
+    chart = yaml.safe_load((target / "Chart.yaml").read_text())
+    chart.pop("dependencies", None)
+    (target / "Chart.yaml").write_text(yaml.safe_dump(chart, sort_keys=False))
+    return target
