@@ -11,6 +11,7 @@ suspend and resume the same JobSet when Kueue preempts. Kueue's update drops our
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dropin_helpers import real_cluster
+from dropin_helpers import real_cluster, wait_for
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.cluster import ControlPlane, addons
 from trainer_sandbox.embedded_operator import EmbeddedOperator
@@ -33,6 +34,8 @@ KUEUE_USER = "system:serviceaccount:kueue-system:kueue-controller-manager"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # The flavor's node label: every admitted pod must land on this one of the four kwok nodes.
 FLAVOR_NODE = "kwok-node-2"
+# The flavor's toleration, which Kueue puts on every admitted pod (no node is tainted with it).
+TOLERATION = {"key": "example.com/queue", "operator": "Exists", "effect": "NoSchedule"}
 
 
 @pytest.fixture(scope="module")
@@ -56,23 +59,24 @@ def cluster(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> It
     for user in (KUEUE_USER, OPERATOR_USER):
         cluster.add_user(user, ["system:serviceaccounts"])
         cluster.grant(user)
-    kueue = addons.start_kueue(
-        plane, cluster.write_kubeconfig(directory / "kueue.kubeconfig", user=KUEUE_USER), directory
-    )
-    ours = EmbeddedOperator(
-        cluster.write_kubeconfig(directory / "ours.kubeconfig", user=OPERATOR_USER),
-        Configuration(),
-        [NAMESPACE],
-        webhooks=True,
-    )
-    ours.start()
-    try:
+    with contextlib.ExitStack() as running:
+        kueue = addons.start_kueue(
+            plane, cluster.write_kubeconfig(directory / "kueue.kubeconfig", user=KUEUE_USER), directory
+        )
+        running.callback(kueue.stop)
+        ours = EmbeddedOperator(
+            cluster.write_kubeconfig(directory / "ours.kubeconfig", user=OPERATOR_USER),
+            Configuration(),
+            [NAMESPACE],
+            webhooks=True,
+        )
+        running.enter_context(ours)
         for obj in (
             {
                 "apiVersion": KUEUE,
                 "kind": "ResourceFlavor",
                 "metadata": {"name": "one-node"},
-                "spec": {"nodeLabels": {"kubernetes.io/hostname": FLAVOR_NODE}},
+                "spec": {"nodeLabels": {"kubernetes.io/hostname": FLAVOR_NODE}, "tolerations": [TOLERATION]},
             },
             {
                 "apiVersion": KUEUE,
@@ -115,9 +119,16 @@ def cluster(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> It
             }
         )
         yield cluster
-    finally:
-        ours.stop()
-        kueue.stop()
+
+
+@pytest.fixture(autouse=True)
+def cleanup(cluster: RealCluster) -> Iterator[None]:
+    """Each test's TrainJobs deleted after it, and their Workloads gone, whatever the outcome:
+    the next test needs the queue's quota."""
+    yield
+    for tj in cluster.list(TJ, "TrainJob"):
+        cluster.delete(TJ, "TrainJob", tj["metadata"]["name"])
+    wait_for(lambda: not cluster.list(KUEUE, "Workload"), "every Workload gone", timeout=60)
 
 
 def trainjob(
@@ -148,15 +159,21 @@ def trainjob(
     }
 
 
-def wait_for(check: Any, what: str, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}; last: {found!r}")
-        time.sleep(0.3)
+def jobset_or_none(cluster: RealCluster, name: str) -> dict[str, Any] | None:
+    """The JobSet, or None while ours has not made it (Kueue may admit before our first reconcile)."""
+    return next(
+        (js for js in cluster.list("jobset.x-k8s.io/v1alpha2", "JobSet") if js["metadata"]["name"] == name),
+        None,
+    )
+
+
+def kueue_patch(trainjob: dict[str, Any]) -> list[Any]:
+    """The replicated jobs of the runtime patch Kueue writes on a TrainJob it admits."""
+    for patch in trainjob["spec"].get("runtimePatches") or []:
+        if patch.get("manager") == "kueue.x-k8s.io/manager":
+            spec = (patch.get("trainingRuntimeSpec") or {}).get("template", {}).get("spec") or {}
+            return list(spec.get("replicatedJobs") or [])
+    return []
 
 
 def condition(cluster: RealCluster, name: str, kind: str) -> bool:
@@ -231,11 +248,7 @@ def test_a_queued_trainjob_waits_suspended_then_runs_the_pods_kueue_counted(
     assert {k: v[0] for k, v in pod_sets(wl).items()} == expected
     wait_for(lambda: workload_condition(workload(cluster, name), "Admitted"), f"{name} admitted")
     jobset = wait_for(
-        lambda: (
-            (js := cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", name))
-            and not js["spec"].get("suspend")
-            and js
-        ),
+        lambda: (js := jobset_or_none(cluster, name)) and not js["spec"].get("suspend") and js,
         "the JobSet unsuspended",
     )
     # What Kueue counted is what our JobSet runs: pods per replicated job, and their requests.
@@ -246,6 +259,14 @@ def test_a_queued_trainjob_waits_suspended_then_runs_the_pods_kueue_counted(
     # The flavor's node labels reached every pod, through Kueue's runtime patch.
     for pod in pods:
         assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == FLAVOR_NODE
+        assert TOLERATION in pod["spec"]["tolerations"]
+    # ... which it wrote on the TrainJob, one replicated job each, under its own manager's name.
+    patch = kueue_patch(cluster.get(TJ, "TrainJob", name))
+    assert {r["name"] for r in patch} == set(expected)
+    assert all(
+        r["template"]["spec"]["template"]["spec"]["nodeSelector"] == {"kubernetes.io/hostname": FLAVOR_NODE}
+        for r in patch
+    )
     wait_for(
         lambda: all(p["spec"].get("nodeName") == FLAVOR_NODE for p in pods_of(cluster, name)),
         "pods on the flavor's node",
@@ -262,6 +283,9 @@ def test_a_second_trainjob_waits_for_quota_then_runs(cluster: RealCluster) -> No
     assert not workload_condition(workload(cluster, "second"), "QuotaReserved")
     assert cluster.get(TJ, "TrainJob", "second")["spec"]["suspend"] is True
     assert pods_of(cluster, "second") == []
+    # Ours holds it: its JobSet made suspended, and the TrainJob says it is.
+    assert cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "second")["spec"]["suspend"] is True
+    assert condition(cluster, "second", "Suspended")
     admitted_and_completed(cluster, "first")
     admitted_and_completed(cluster, "second")
 
@@ -296,6 +320,7 @@ def test_a_preempted_trainjob_suspends_and_resumes_on_the_same_jobset(cluster: R
     jobset_uid = cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "low")["metadata"]["uid"]
     cluster.create(trainjob("high", cpu="2", run="3", priority="high"))
     wait_for(lambda: cluster.get(TJ, "TrainJob", "low")["spec"]["suspend"] is True, "low suspended by Kueue")
+    wait_for(lambda: not kueue_patch(cluster.get(TJ, "TrainJob", "low")), "Kueue's runtime patch emptied")
     wait_for(
         lambda: cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "low")["spec"].get("suspend") is True,
         "low's JobSet suspended",
@@ -313,9 +338,6 @@ def test_a_preempted_trainjob_suspends_and_resumes_on_the_same_jobset(cluster: R
         "low's pods running again",
     )
     assert cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "low")["metadata"]["uid"] == jobset_uid
-    # It would run for ever: deleted, so its quota is free for the tests after this one.
-    cluster.delete(TJ, "TrainJob", "low")
-    wait_for(lambda: workload(cluster, "low") is None, "low's Workload gone")
 
 
 @pytest.mark.parametrize(

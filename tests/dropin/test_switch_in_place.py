@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dropin_helpers import real_cluster
+from dropin_helpers import real_cluster, wait_for
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.cluster import ControlPlane, addons, install
 from trainer_sandbox.cluster.kube import KubeError
@@ -137,17 +137,6 @@ def running_pods(cluster: RealCluster, jobset: str) -> int:
     )
 
 
-def wait_for(check: Any, what: str, timeout: float = 90) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        found = check()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
-
-
 def quiet(cluster: RealCluster, user: str, seconds: float = 3.0, timeout: float = 60) -> None:
     """Until ``user`` has written nothing in the namespace for ``seconds``."""
     deadline = time.monotonic() + timeout
@@ -196,14 +185,6 @@ def under_upstream(
         cluster.create(trainjob("mpi", "deepspeed-distributed"))
         cluster.create(trainjob("finished", "torch-distributed", run="1"))
         cluster.create(trainjob("failed", "torch-distributed", run="1", exit_code="1"))
-        # A runtime of upstream v2.0-v2.2's time, with the finalizer they left on it.
-        legacy = {
-            "apiVersion": TJ,
-            "kind": "TrainingRuntime",
-            "metadata": {"name": "legacy", "finalizers": [LEGACY_FINALIZER]},
-            "spec": cluster.get(TJ, "ClusterTrainingRuntime", "torch-distributed", namespace="")["spec"],
-        }
-        cluster.create(legacy)
         wait_for(lambda: finished(cluster, "finished") == "Complete", "finished to complete")
         wait_for(lambda: finished(cluster, "failed") == "Failed", "failed to fail")
         wait_for(lambda: running_pods(cluster, "torch") == 2, "torch's two pods to run")
@@ -211,11 +192,21 @@ def under_upstream(
         quiet(cluster, UPSTREAM_USER)
     finally:
         upstream.stop()
+    # A runtime with the finalizer upstream v2.0-v2.2 left on runtimes, made while no controller
+    # runs (v2.3 removes it itself, so it must not be running to leave this for ours).
+    legacy = {
+        "apiVersion": TJ,
+        "kind": "TrainingRuntime",
+        "metadata": {"name": "legacy", "finalizers": [LEGACY_FINALIZER]},
+        "spec": cluster.get(TJ, "ClusterTrainingRuntime", "torch-distributed", namespace="")["spec"],
+    }
+    assert cluster.create(legacy)["metadata"]["finalizers"] == [LEGACY_FINALIZER]
     before = world(cluster)
     mark = cluster.audit_mark()
     ours = start_ours(plane, cluster, directory)
     try:
-        wait_for(lambda: reconciles(ours) >= 5, "ours to reconcile every TrainJob")
+        # Its first list queues every TrainJob: five reconciles and an empty queue is each one seen.
+        wait_for(lambda: reconciles(ours) >= 5 and ours.idle(), "ours to reconcile every TrainJob")
         quiet(cluster, OPERATOR_USER)
         after = world(cluster)
         records = cluster.audit_since(mark)
@@ -241,8 +232,10 @@ def test_ours_takes_over_without_recreating_or_rewriting_anything(
     assert writes(records, OPERATOR_USER, "configmaps") == ["patch configmaps/mpi-mpi-hostfile"]
     hostfile = cluster.get("v1", "ConfigMap", "mpi-mpi-hostfile")
     assert hostfile["metadata"]["labels"]["trainer.kubeflow.org/trainjob-name"] == "mpi"
-    # The legacy runtime's finalizer is gone; nothing else was written to a runtime.
+    # The legacy runtime's finalizer is gone, by one patch of ours; nothing else was written to a runtime.
     assert cluster.get(TJ, "TrainingRuntime", "legacy")["metadata"].get("finalizers") in (None, [])
+    assert writes(records, OPERATOR_USER, "trainingruntimes") == ["patch trainingruntimes/legacy"]
+    assert writes(records, OPERATOR_USER, "clustertrainingruntimes") == []
 
 
 def test_status_moves_on_under_ours(under_upstream: dict[str, Any], cluster: RealCluster) -> None:
@@ -250,7 +243,7 @@ def test_status_moves_on_under_ours(under_upstream: dict[str, Any], cluster: Rea
     wait_for(lambda: finished(cluster, "torch") == "Complete", "torch to complete", timeout=120)
     wait_for(lambda: finished(cluster, "mpi") == "Complete", "mpi to complete", timeout=120)
     status_writes = writes(cluster.audit_since(mark), OPERATOR_USER, "trainjobs")
-    assert "update trainjobs/torch/status" in status_writes or "patch trainjobs/torch/status" in status_writes
+    assert "patch trainjobs/torch/status" in status_writes and "patch trainjobs/mpi/status" in status_writes
     assert finished(cluster, "finished") == "Complete" and finished(cluster, "failed") == "Failed"
 
 
@@ -277,6 +270,8 @@ def test_back_to_upstream_without_recreating_anything(
             k: v for k, v in before.items() if k.startswith(("JobSet/", "Secret/", "ConfigMap/"))
         }
         assert after["TrainJob/ours-torch"] == before["TrainJob/ours-torch"]
+        assert cluster.get(TJ, "TrainJob", "ours-suspended")["spec"]["suspend"] is True
+        assert cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "ours-suspended")["spec"]["suspend"] is True
         wait_for(lambda: finished(cluster, "ours-torch") == "Complete", "ours-torch to complete", timeout=120)
         wait_for(lambda: finished(cluster, "ours-mpi") == "Complete", "ours-mpi to complete", timeout=120)
         assert recreated(cluster.audit_since(mark)) == []

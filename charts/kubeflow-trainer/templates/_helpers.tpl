@@ -100,20 +100,34 @@ app.kubernetes.io/component: manager
 {{- /*
 A Deployment's selector cannot change, so an upgrade of a release whose Deployment selects with
 labels ours does not (upstream's chart adds app.kubernetes.io/part-of) keeps them: each label of
-the existing selector that our pods carry with the same value is selected on too. Nothing is
-looked up by `helm template`, or on a fresh install.
+the existing selector that our pods carry with the same value is selected on too. A selector this
+release cannot keep fails here, naming the label, rather than at the API server ("field is
+immutable"). Nothing is looked up by `helm template` (nor by tools that render with it), or on a
+fresh install: there, set manager.selectorLabels.
 */ -}}
 {{- define "trainer.manager.keptSelectorLabels" -}}
-{{- $existing := lookup "apps/v1" "Deployment" .Release.Namespace (include "trainer.manager.name" .) }}
+{{- $name := include "trainer.manager.name" . }}
+{{- $existing := lookup "apps/v1" "Deployment" .Release.Namespace $name }}
 {{- $selector := dig "spec" "selector" "matchLabels" dict ($existing | default dict) }}
 {{- if $selector }}
 {{- $ours := include "trainer.selectorLabels" . | fromYaml }}
 {{- $_ := set $ours "app.kubernetes.io/component" "manager" }}
 {{- $ours = merge $ours (.Values.manager.selectorLabels | default dict) }}
 {{- $pod := include "trainer.manager.labels" . | fromYaml }}
+{{- range $key, $value := $ours }}
+{{- if not (hasKey $selector $key) }}
+{{- fail (printf "the Deployment %s does not select its pods on %s, which this release would add to its selector: a Deployment's selector cannot change (delete the Deployment before the upgrade)" $name $key) }}
+{{- else if ne (toString (get $selector $key)) (toString $value) }}
+{{- fail (printf "the Deployment %s selects its pods with %s=%s, this release with %s=%s: a Deployment's selector cannot change" $name $key (get $selector $key) $key $value) }}
+{{- end }}
+{{- end }}
 {{- range $key, $value := $selector }}
-{{- if and (not (hasKey $ours $key)) (eq (toString (get $pod $key)) (toString $value)) }}
+{{- if not (hasKey $ours $key) }}
+{{- if and (hasKey $pod $key) (eq (toString (get $pod $key)) (toString $value)) }}
 {{ $key }}: {{ $value | quote }}
+{{- else }}
+{{- fail (printf "the Deployment %s selects its pods with %s=%s, a label this chart's pods do not carry: set manager.selectorLabels.%s=%s (a Deployment's selector cannot change)" $name $key $value $key $value) }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}

@@ -26,7 +26,7 @@ import yaml
 
 from trainer.api.objects import Obj
 from trainer_sandbox.cluster import install, oci, processes, registry
-from trainer_sandbox.cluster.controlplane import GO_MODULE, ControlPlane, _child_env
+from trainer_sandbox.cluster.controlplane import GO_MODULE, ControlPlane, child_env
 from trainer_sandbox.cluster.kube import Kube, KubeError, probe
 from trainer_sandbox.cluster.pki import webhook_serving_pair
 from trainer_sandbox.ports import free_port
@@ -45,7 +45,7 @@ KUEUE_WEBHOOK_GROUPS = frozenset({"kueue.x-k8s.io", "trainer.kubeflow.org", "job
 
 
 class AddonError(RuntimeError):
-    pass
+    """An add-on controller that would not start: what it waited for, and the tail of its log."""
 
 
 @dataclass
@@ -84,6 +84,7 @@ class GoController:
 
 
 def module_dir(module: str) -> Path:
+    """Where the module cache holds ``module`` at the version cluster/go.mod pins."""
     return install.module_dir(GO_MODULE, module)
 
 
@@ -120,6 +121,7 @@ def _start(
     name: str,
     argv: list[str],
     *,
+    binary: Path,
     directory: Path,
     health_port: int,
     webhook_configurations: list[Obj],
@@ -129,6 +131,7 @@ def _start(
 ) -> GoController:
     log = directory / f"{name}.log"
     process = processes.launch(name, argv, log, env)
+    plane.track(name, process, str(binary))
     admin = plane.client()
     controller = GoController(name, process, log, admin)
     deadline = time.monotonic() + timeout
@@ -150,11 +153,13 @@ def _start(
 
 
 def _ready(port: int) -> bool:
+    """Its controller-runtime readiness probe: for both, the webhook server is up."""
     answer = probe(f"http://127.0.0.1:{port}/readyz")
     return answer is not None and answer[0] == 200
 
 
 def _check(controller: GoController, deadline: float, what: str) -> None:
+    """Raise, with its log's tail, if it exited or ``deadline`` passed while waiting for ``what``."""
     if not controller.alive:
         raise AddonError(
             f"{controller.name} exited ({controller.process.returncode}):\n{controller.log_tail()}"
@@ -172,6 +177,7 @@ def _write(path: Path, config: dict[str, Any]) -> Path:
 
 
 def kueue_webhooks(module: Path, port: int, ca_pem: bytes) -> list[Obj]:
+    """Kueue's webhook configurations, only the hooks for KUEUE_WEBHOOK_GROUPS, called by URL."""
     configs = []
     for config in install.documents(module / "config" / "components" / "webhook" / "manifests.yaml"):
         hooks = [
@@ -194,6 +200,14 @@ def start_kueue(
 ) -> GoController:
     """Kueue with its CRDs installed, managing ``frameworks``; returns once the API server calls
     its webhooks (a dry-run TrainJob with a queue name comes back suspended)."""
+    # With its certificate management off, Kueue reads its metrics server's certificate from a
+    # fixed path, /etc/kueue/metrics/certs, even with metrics off. It gets one in a mount namespace
+    # of its own, on a tmpfs over /etc there (a static binary that reads nothing else of /etc):
+    # nothing is written to the host's /etc.
+    if os.geteuid() != 0:
+        raise AddonError(
+            "Kueue is run in a mount namespace of its own (for /etc/kueue/metrics/certs): that needs root"
+        )
     module = module_dir(KUEUE_MODULE)
     admin = plane.client()
     install_crds(admin, crds(module / "config" / "components" / "crd" / "bases"))
@@ -215,14 +229,6 @@ def start_kueue(
             "integrations": {"frameworks": list(frameworks)},
         },
     )
-    # With its certificate management off, Kueue reads its metrics server's certificate from a
-    # fixed path, /etc/kueue/metrics/certs, even with metrics off. It gets one in a mount namespace
-    # of its own, on a tmpfs over /etc there (a static binary that reads nothing else of /etc):
-    # nothing is written to the host's /etc.
-    if os.geteuid() != 0:
-        raise AddonError(
-            "Kueue is run in a mount namespace of its own (for /etc/kueue/metrics/certs): that needs root"
-        )
     metrics_certs = directory / "kueue-metrics"
     webhook_serving_pair(plane.pki_dir, "kueue-metrics", metrics_certs)
     script = (
@@ -243,11 +249,12 @@ def start_kueue(
         plane,
         "kueue",
         argv,
+        binary=plane.bin_dir / "kueue",  # unshare and sh exec it
         directory=directory,
         health_port=health_port,
         webhook_configurations=kueue_webhooks(module, webhook_port, plane.ca_cert.read_bytes()),
         webhooks_active=_kueue_webhooks_active,
-        env=_child_env(KUBECONFIG=str(kubeconfig)),
+        env=child_env(KUBECONFIG=str(kubeconfig)),
         timeout=timeout,
     )
 
@@ -286,6 +293,7 @@ def upstream_runtimes(
 
 
 def upstream_webhooks(module: Path, port: int, ca_pem: bytes) -> list[Obj]:
+    """Upstream's webhook configurations (defaulting and validating), called by URL."""
     configs = install.documents(module / "manifests" / "base" / "webhook" / "manifests.yaml")
     return install.webhooks_by_url(configs, "upstream-trainer-", port, ca_pem)
 
@@ -295,11 +303,16 @@ def start_upstream_trainer(
     kubeconfig: Path,
     directory: Path,
     *,
+    webhooks: bool = True,
+    client: tuple[float, int] | None = None,
+    metrics_port: int | None = None,
     feature_gates: str = "",
     timeout: float = 120,
 ) -> GoController:
-    """Upstream's controller, with its webhooks registered; returns once the API server calls
-    them (a dry-run TrainJob that sets a reserved env is refused)."""
+    """Upstream's controller. With ``webhooks``, returns once the API server calls them (a dry-run
+    TrainJob that sets a reserved env is refused); without, they are served but not registered,
+    and it returns once it is ready. ``client`` is its client budget (QPS, burst; its own default
+    is 50 and 100); ``metrics_port`` serves its metrics over plain HTTP on loopback."""
     module = module_dir(UPSTREAM_MODULE)
     directory.mkdir(parents=True, exist_ok=True)
     # controller-runtime's webhook server reads $TMPDIR/k8s-webhook-server/serving-certs when
@@ -309,18 +322,22 @@ def start_upstream_trainer(
         plane.pki_dir, "upstream-trainer-webhook", tmp / "k8s-webhook-server" / "serving-certs"
     )
     webhook_port, health_port = free_port(), free_port()
-    config = _write(
-        directory / "upstream-trainer-config.yaml",
-        {
-            "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
-            "kind": "Configuration",
-            "webhook": {"host": "127.0.0.1", "port": webhook_port},
-            "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
-            "metrics": {"bindAddress": "0"},
-            "leaderElection": {"leaderElect": False},
-            "certManagement": {"enable": False},
-        },
-    )
+    settings: dict[str, Any] = {
+        "apiVersion": "config.trainer.kubeflow.org/v1alpha1",
+        "kind": "Configuration",
+        "webhook": {"host": "127.0.0.1", "port": webhook_port},
+        "health": {"healthProbeBindAddress": f"127.0.0.1:{health_port}"},
+        "metrics": (
+            {"bindAddress": f"127.0.0.1:{metrics_port}", "secureServing": False}
+            if metrics_port
+            else {"bindAddress": "0"}
+        ),
+        "leaderElection": {"leaderElect": False},
+        "certManagement": {"enable": False},
+    }
+    if client is not None:
+        settings["clientConnection"] = {"qps": client[0], "burst": client[1]}
+    config = _write(directory / "upstream-trainer-config.yaml", settings)
     argv = [str(plane.bin_dir / "trainer-controller-manager"), f"--config={config}", "--zap-log-level=2"]
     if feature_gates:
         argv.append(f"--feature-gates={feature_gates}")
@@ -328,11 +345,14 @@ def start_upstream_trainer(
         plane,
         "upstream-trainer",
         argv,
+        binary=plane.bin_dir / "trainer-controller-manager",
         directory=directory,
         health_port=health_port,
-        webhook_configurations=upstream_webhooks(module, webhook_port, plane.ca_cert.read_bytes()),
-        webhooks_active=_upstream_webhooks_active,
-        env=_child_env(KUBECONFIG=str(kubeconfig), TMPDIR=str(tmp)),
+        webhook_configurations=(
+            upstream_webhooks(module, webhook_port, plane.ca_cert.read_bytes()) if webhooks else []
+        ),
+        webhooks_active=_upstream_webhooks_active if webhooks else (lambda _admin: True),
+        env=child_env(KUBECONFIG=str(kubeconfig), TMPDIR=str(tmp)),
         timeout=timeout,
     )
 

@@ -108,7 +108,7 @@ def build_binaries() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def _child_env(**extra: str) -> dict[str, str]:
+def child_env(**extra: str) -> dict[str, str]:
     """The components' environment: no KUBECONFIG of the caller's; loopback, the real nodes'
     networks and cluster names never proxied."""
     env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
@@ -200,6 +200,16 @@ class ControlPlane:
             records=records,
         )
 
+    def track(self, name: str, process: subprocess.Popen[bytes], binary: str) -> None:
+        """Count a process started beside the cluster (a controller of the tests') as one of its
+        components, in the state file too: ``stop`` and ``down`` stop it with the API server's
+        other clients, also after the process that started it died. ``binary`` is what it runs as
+        (after any exec), as ``down`` recognises it."""
+        self.records.append(Record(name=name, pid=process.pid, binary=binary))
+        self._children.append(process)
+        _, extra = processes.load_records(self.dir / STATE_FILE)
+        processes.save_records(self.dir / STATE_FILE, self.records, extra)
+
     def stop(self, grace: float = 10.0) -> list[str]:
         """Stop every process (SIGTERM, SIGKILL after ``grace``); returns those that needed SIGKILL."""
         _, extra = processes.load_records(self.dir / STATE_FILE)
@@ -219,7 +229,7 @@ class ControlPlane:
             text=True,
             check=check,
             timeout=timeout,
-            env=_child_env(),
+            env=child_env(),
         )
 
     def client(self) -> Kube:
@@ -362,7 +372,7 @@ class _Starter:
         self._launch(
             "kwok",
             self._kwok_argv(kubeconfigs["kwok"]),
-            env=_child_env(HOME=str(self.dir / "kwok-home")),  # kwok also reads ~/.kwok/kwok.yaml
+            env=child_env(HOME=str(self.dir / "kwok-home")),  # kwok also reads ~/.kwok/kwok.yaml
         )
         crds_started = time.monotonic()
         install.create_all(admin, jobset_crds)
@@ -370,7 +380,7 @@ class _Starter:
         self._launch(
             "jobset",
             [str(self.bin / "jobset"), f"--config={self._jobset_config(pki)}", "--zap-log-level=info"],
-            env=_child_env(KUBECONFIG=str(kubeconfigs["jobset"])),
+            env=child_env(KUBECONFIG=str(kubeconfigs["jobset"])),
         )
         install.create_all(admin, other_crds)
         kwok_nodes = install.nodes()
@@ -461,7 +471,7 @@ class _Starter:
     ) -> None:
         """Start a component; ``binary`` is what it runs as when ``argv`` starts with a prefix that
         execs it (a real node's ``nsenter``), so that ``down`` recognises it."""
-        proc = processes.launch(name, argv, self.dir / "logs" / f"{name}.log", env or _child_env())
+        proc = processes.launch(name, argv, self.dir / "logs" / f"{name}.log", env or child_env())
         self.children.append(proc)
         self.records.append(Record(name=name, pid=proc.pid, binary=binary or argv[0]))
         self.launched[name] = time.monotonic()

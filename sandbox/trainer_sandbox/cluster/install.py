@@ -63,10 +63,13 @@ def module_dir(go_module: Path, module: str) -> Path:
         ) from None
     except subprocess.CalledProcessError as e:
         raise RuntimeError(f"`go list -m {module}` in {go_module} failed: {e.stderr.strip()}") from None
-    path = Path(out.stdout.strip())
-    if not path.is_dir() or not any(path.iterdir()):
-        raise RuntimeError(f"{module} is not in the module cache ({path}); run cluster/build")
-    return path
+    # A module go.mod lists but the cache has not extracted prints an empty directory, exit 0.
+    found = out.stdout.strip()
+    if not found or not Path(found).is_dir():
+        raise RuntimeError(
+            f"{module} is not in the module cache ({found or 'not downloaded'}); run cluster/build"
+        )
+    return Path(found)
 
 
 def cluster_admin_bindings() -> list[Obj]:

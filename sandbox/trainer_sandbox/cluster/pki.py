@@ -113,17 +113,23 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) 
 class _Issuer:
     """The cluster CA: signs one certificate per call, valid for a year (clusters are short-lived)."""
 
-    def __init__(self, directory: Path, *, load: bool = False) -> None:
+    @classmethod
+    def load(cls, directory: Path) -> _Issuer:
+        """The CA ``up`` made in ``directory``, to sign one more certificate for a running cluster."""
+        issuer = cls.__new__(cls)
+        issuer.directory = directory
+        issuer.cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+        key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
+        if not isinstance(key, ec.EllipticCurvePrivateKey):
+            raise ValueError(f"{directory / 'ca.key'} is not the EC key up writes")
+        issuer.key = key
+        issuer.not_before = issuer.cert.not_valid_before_utc
+        issuer.not_after = issuer.cert.not_valid_after_utc
+        issuer.pair = KeyPair(directory / "ca.crt", directory / "ca.key")
+        return issuer
+
+    def __init__(self, directory: Path) -> None:
         self.directory = directory
-        if load:  # the CA ``up`` made, to sign one more certificate for a running cluster
-            self.cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
-            key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), None)
-            assert isinstance(key, ec.EllipticCurvePrivateKey)
-            self.key = key
-            self.not_before = self.cert.not_valid_before_utc
-            self.not_after = self.cert.not_valid_after_utc
-            self.pair = KeyPair(directory / "ca.crt", directory / "ca.key")
-            return
         self.not_before = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
         self.not_after = self.not_before + dt.timedelta(days=365)
         self.key = ec.generate_private_key(ec.SECP256R1())
@@ -244,7 +250,7 @@ def webhook_serving_pair(pki_dir: Path, name: str, where: Path) -> KeyPair:
     """``tls.crt`` and ``tls.key`` in ``where`` for a webhook server on loopback, signed by the
     running cluster's CA: what controller-runtime's webhook server reads from its certificate
     directory, for a controller started after ``up`` (Kueue, upstream's trainer)."""
-    return _Issuer(pki_dir, load=True).issue("tls", name, dns=LOCAL_NAMES, ips=LOCAL_IPS, where=where)
+    return _Issuer.load(pki_dir).issue("tls", name, dns=LOCAL_NAMES, ips=LOCAL_IPS, where=where)
 
 
 def _service_account_keys(directory: Path) -> tuple[Path, Path]:
