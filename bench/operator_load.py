@@ -9,13 +9,17 @@ controller manager, the scheduler, JobSet's controller, kwok's nodes and pods), 
 each group of phases; ``standin`` is ``trainer_sandbox.LocalAPIServer`` in this process, with its
 simulated JobSet controller and kubelet; ``both`` runs the same work on each, one after the other.
 
-Controllers: ``ours`` is ``trainer run`` in a process of its own, as its own user; any other
-value is a command run instead (``{kubeconfig}`` is replaced by the path of a kubeconfig for a
+Controllers: ``ours`` is ``trainer run`` in a process of its own, as its own user; ``upstream``
+is upstream's trainer-controller-manager v2.3.0 as ``cluster/build`` builds it (real backend
+only), with the same client budget as ours in each phase, its webhooks and certificate
+management off, one replica; any other value is a command run instead (``{kubeconfig}`` is replaced by the path of a kubeconfig for a
 user of its own, also given as ``$KUBECONFIG``), on a fresh control plane of the same build and
 the same work. Each controller runs under its own user, bound to ``cluster-admin`` (ours
 included: the figures are about requests, not rights), so the audit log tells its requests apart.
 Given several, the report ends with their figures side by side. docs/benchmarks.md says how to
-point it at another controller binary (upstream's ``trainer-controller-manager``, say).
+point it at another controller binary. With two controllers on one backend, the table gives each
+figure's ratio of the first to the second, and flags a phase whose load averages differ by more
+than 2 (the machine is shared: such a pair is not a fair comparison).
 
 Phases, each group on a fresh server and controller:
 
@@ -30,7 +34,7 @@ Phases, each group on a fresh server and controller:
 3. fast: as rate, at ``--fast-rate`` per second, with the budget raised to fit (``--fast-qps``,
    ``--fast-burst``: at two writes per TrainJob the default budget sustains about 25/s).
 4. states: suspended torch TrainJobs, running and suspended MPI ones (``deepspeed-distributed``):
-   requests per TrainJob, and, for ours, upstream's derived from its reconciles (upstream.py).
+   requests and writes per TrainJob, by verb and resource.
 
 Requests, writes and latencies come from the API server's audit log (on the real control plane
 kube-apiserver's own, its ``requestReceivedTimestamp``): a TrainJob's create to the controller's
@@ -59,7 +63,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import upstream
 from benchlib import Report, Target, machine, percentile
 from trainer_sandbox.apiserver.audit import AuditRecord
 from trainer_sandbox.operator_process import (
@@ -83,6 +86,8 @@ TARGET_BURST_S = 30.0
 TARGET_RATE_P99_S = 1.0
 TARGET_FAST_P99_S = 2.0
 TARGET_RSS_MIB = 150.0
+LOAD_ROW = "burst: load average (1 min)"
+UPSTREAM_USER = "bench-upstream"
 
 
 def trainjob(name: str, runtime: str = "torch-distributed", *, suspend: bool = False) -> Obj:
@@ -347,6 +352,57 @@ class Command:
                 self.proc.wait()
 
 
+class Upstream:
+    """Upstream's trainer-controller-manager (docs/benchmarks.md), as a user of its own."""
+
+    def __init__(self, backend: Backend, tmp: Path, *, qps: float, burst: int) -> None:
+        from trainer_sandbox.cluster import addons
+        from trainer_sandbox.ports import free_port
+
+        if not isinstance(backend, Real):
+            raise SystemExit("--controller upstream runs on the real control plane only (--backend real)")
+        self.user = UPSTREAM_USER
+        backend.api.add_user(self.user)
+        backend.api.grant(self.user)
+        kubeconfig = backend.api.write_kubeconfig(tmp / "upstream.kubeconfig", user=self.user)
+        self.metrics_port = free_port()
+        # Its TrainJob controller runs one worker whatever groupKindConcurrency says (it is built
+        # without For(), which that setting keys on), so there is no worker count to give it.
+        self.settings = f"client QPS {qps:g}, burst {burst}, its one TrainJob worker"
+        try:
+            self.process = addons.start_upstream_trainer(
+                backend.plane,
+                kubeconfig,
+                tmp,
+                webhooks=False,
+                client=(qps, burst),
+                metrics_port=self.metrics_port,
+            )
+        except addons.AddonError as exc:
+            raise SystemExit(str(exc)) from exc
+
+    def reconciles(self) -> float:
+        """Its TrainJob controller's reconciles, from controller-runtime's own counter."""
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read()
+        return sum(
+            float(m.group(1))
+            for m in re.finditer(
+                rb'^controller_runtime_reconcile_total\{controller="trainjob_controller",result="[a-z_]+"\} (\S+)$',
+                text,
+                re.M,
+            )
+        )
+
+    def memory_kib(self, field_name: str) -> int:
+        return proc_status(self.process.process.pid, field_name)
+
+    def cpu_seconds(self) -> float:
+        return cpu_seconds(self.process.process.pid)
+
+    def stop(self) -> None:
+        self.process.stop()
+
+
 @dataclass
 class Run:
     """One backend and one controller under it, for one group of phases."""
@@ -419,23 +475,46 @@ class Run:
         self.backend.stop()
 
 
-def per_trainjob(records: list[AuditRecord], names: set[str]) -> tuple[Counter[str], int]:
-    """Request counts by kind (reads, writes, events) for these TrainJobs, and the unattributed rest."""
-    counts: Counter[str] = Counter()
-    shared = 0
+@dataclass
+class Tally:
+    """A controller's requests about a set of TrainJobs. ``writes`` counts every write request,
+    whatever its answer; ``stored`` those of them that changed something (a subset, never added
+    to the total); Events are apart from both."""
+
+    reads: int = 0
+    writes: int = 0
+    stored: int = 0
+    events: int = 0
+    requests: Counter[str] = field(default_factory=Counter)  # by "verb resource[/subresource]"
+    shared: int = 0  # about no TrainJob of the set (watches, lists): not in the total
+
+    @property
+    def total(self) -> int:
+        return self.reads + self.writes + self.events
+
+
+def per_trainjob(records: list[AuditRecord], names: set[str]) -> Tally:
+    """The requests about these TrainJobs, by kind and by verb and resource, and the rest apart."""
+    tally = Tally()
     for r in records:
         if owner(r) not in names:
-            shared += 1
+            tally.shared += 1
             continue
+        tally.requests[f"{r.verb} {r.resource}{'/' + r.subresource if r.subresource else ''}"] += 1
         if r.resource == "events":
-            counts["events"] += 1
+            tally.events += 1
         elif r.verb in WRITE_VERBS:
-            counts["writes"] += 1
+            tally.writes += 1
             if r.mutated:
-                counts["stored"] += 1
+                tally.stored += 1
         else:
-            counts["reads"] += 1
-    return counts, shared
+            tally.reads += 1
+    return tally
+
+
+def requests_line(tally: Tally, n: int) -> str:
+    """Requests per TrainJob by verb and resource, most first."""
+    return ", ".join(f"{key} {count / n:.2f}" for key, count in tally.requests.most_common())
 
 
 def writes_until_jobset(run: Run, names: list[str], since: int) -> list[int]:
@@ -487,11 +566,13 @@ class Bench:
         where = self.tmp / f"{self.groups:02d}"
         backend = BACKENDS[backend_name](where, pods)
         try:
-            made: Controller = (
-                Ours(backend, where / "operator", qps=qps, burst=burst, workers=workers)
-                if controller == "ours"
-                else Command(backend, where / "controller", controller)
-            )
+            made: Controller
+            if controller == "ours":
+                made = Ours(backend, where / "operator", qps=qps, burst=burst, workers=workers)
+            elif controller == "upstream":
+                made = Upstream(backend, where / "upstream", qps=qps, burst=burst)
+            else:
+                made = Command(backend, where / "controller", controller)
         except BaseException:
             backend.stop()
             raise
@@ -545,14 +626,6 @@ class Bench:
         latencies = run.latencies(names)
         print(latency_line("creation to JobSet", latencies))
         figures.rows["burst: creation to JobSet p99"] = f"{percentile(latencies, 99):.2f} s"
-        if controller == "ours":
-            floor_ours = upstream.budget_floor(2, n)
-            floor_up = upstream.budget_floor(upstream.until_jobset(upstream.TORCH), n)
-            print(
-                f"  upstream (derived): its default client budget alone needs >= {floor_up:.0f} s for "
-                f"{n} x {upstream.until_jobset(upstream.TORCH):g} applies (ours at that budget: >= "
-                f"{floor_ours:.0f} s for its 2 creates each)"
-            )
         made = [name for name in names if name in run.jobset]
         if made:
             counts = writes_until_jobset(run, made, mark)
@@ -560,32 +633,29 @@ class Bench:
 
         run.wait_quiet(3.0)
         records = run.records(mark)
-        by_kind, shared = per_trainjob(records, set(names))
+        tally = per_trainjob(records, set(names))
         cpu = run.controller.cpu_seconds() - cpu0
         status_writes = sum(1 for r in records if r.subresource == "status" and r.verb in WRITE_VERBS) / n
         line = (
-            f"{sum(by_kind.values()) / n:.2f} requests = {by_kind['reads'] / n:.2f} reads + "
-            f"{by_kind['writes'] / n:.2f} writes ({status_writes:.2f} of them status) + "
-            f"{by_kind['events'] / n:.2f} Events"
+            f"{tally.total / n:.2f} requests = {tally.reads / n:.2f} reads + "
+            f"{tally.writes / n:.2f} writes ({status_writes:.2f} of them status) + "
+            f"{tally.events / n:.2f} Events"
         )
         reconciles1 = run.controller.reconciles()
         per_reconcile = ""
         if reconciles0 is not None and reconciles1 is not None:
-            reconciles = (reconciles1 - reconciles0) / n
-            per_reconcile = f"{reconciles:.2f} reconciles, "
-            up = upstream.lifecycle(
-                upstream.TORCH, suspended=False, reconciles=reconciles, status_writes=status_writes
-            )
-            print(
-                f"  upstream (derived) for the same reconciles: {up.total:.2f} requests = {up.reads:.2f} reads "
-                f"(cached upstream) + {up.writes:.2f} writes + 0 Events"
-            )
+            per_reconcile = f"{(reconciles1 - reconciles0) / n:.2f} reconciles, "
+        load = os.getloadavg()[0]
         print(
-            f"  from creation to quiet, per TrainJob: {per_reconcile}{line}; {shared} requests shared by "
-            f"all (watches, lists); controller CPU {cpu * 1000 / n:.1f} ms"
+            f"  from creation to quiet, per TrainJob: {per_reconcile}{line}; {tally.shared} requests shared by "
+            f"all (watches, lists); controller CPU {cpu * 1000 / n:.1f} ms; load average (1 min) {load:.2f}"
         )
-        figures.rows["burst: requests per TrainJob"] = f"{sum(by_kind.values()) / n:.2f}"
+        print(f"  by request, per TrainJob: {requests_line(tally, n)}")
+        figures.rows["burst: requests per TrainJob"] = f"{tally.total / n:.2f}"
+        figures.rows["burst: writes per TrainJob"] = f"{tally.writes / n:.2f}"
+        figures.rows["burst: Events per TrainJob"] = f"{tally.events / n:.2f}"
         figures.rows["burst: controller CPU per TrainJob"] = f"{cpu * 1000 / n:.1f} ms"
+        figures.rows[LOAD_ROW] = f"{load:.2f}"
 
         print(f"\n== steady state: {args.steady:.0f} s with {n} Running TrainJobs, one replica")
         mark = run.mark()
@@ -619,11 +689,6 @@ class Bench:
         print(
             f"  writes until the JobSet exists: max {max(counts)}, mean {sum(counts) / len(counts):.2f} "
             f"(distribution {dict(sorted(spread.items()))})"
-            + (
-                f"; upstream (derived) {upstream.until_jobset(upstream.TORCH):g} applies"
-                if controller == "ours"
-                else ""
-            )
         )
         figures.rows[f"{phase}: writes until the JobSet, worst"] = str(max(counts))
         self.target(
@@ -686,16 +751,13 @@ class Bench:
         )
         try:
             print(f"\n== states: {args.state_count} TrainJobs per state, requests per TrainJob")
-            print(
-                f"  {'state':<28} {'reconciles':>10} {'requests':>9} {'writes':>7} {'events':>7}"
-                + (f"   {'upstream: req':>13} {'writes':>7}" if controller == "ours" else "")
-            )
+            print(f"  {'state':<28} {'reconciles':>10} {'requests':>9} {'writes':>7} {'events':>7}")
             groups = [
-                ("torch, suspended", "torch-distributed", True, upstream.TORCH),
-                ("MPI (DeepSpeed), running", "deepspeed-distributed", False, upstream.MPI),
-                ("MPI (DeepSpeed), suspended", "deepspeed-distributed", True, upstream.MPI),
+                ("torch, suspended", "torch-distributed", True),
+                ("MPI (DeepSpeed), running", "deepspeed-distributed", False),
+                ("MPI (DeepSpeed), suspended", "deepspeed-distributed", True),
             ]
-            for label, runtime, suspend, shape in groups:
+            for label, runtime, suspend in groups:
                 slug = re.sub(r"[^a-z]+", "-", label.lower()).strip("-")
                 names = [f"{slug}-{i:04d}" for i in range(args.state_count)]
                 mark = run.mark()
@@ -704,43 +766,77 @@ class Bench:
                 run.wait_jobsets(names, timeout=300)
                 run.wait_quiet(3.0)
                 n = len(names)
-                records = run.records(mark)
-                by_kind, _ = per_trainjob(records, set(names))
+                tally = per_trainjob(run.records(mark), set(names))
                 after = run.controller.reconciles()
-                ours = sum(by_kind.values()) / n
-                figures.rows[f"states: requests per TrainJob, {label}"] = f"{ours:.2f}"
-                if before is None or after is None:
-                    print(
-                        f"  {label:<28} {'n/a':>10} {ours:>9.2f} {by_kind['writes'] / n:>7.2f} "
-                        f"{by_kind['events'] / n:>7.2f}"
-                    )
-                    continue
-                reconciles = (after - before) / n
-                status_writes = sum(1 for r in records if r.subresource == "status" and r.verb == "patch") / n
-                up = upstream.lifecycle(
-                    shape, suspended=suspend, reconciles=reconciles, status_writes=status_writes
+                reconciles = (
+                    f"{(after - before) / n:>10.2f}"
+                    if before is not None and after is not None
+                    else f"{'n/a':>10}"
                 )
+                figures.rows[f"states: requests per TrainJob, {label}"] = f"{tally.total / n:.2f}"
+                figures.rows[f"states: writes per TrainJob, {label}"] = f"{tally.writes / n:.2f}"
                 print(
-                    f"  {label:<28} {reconciles:>10.2f} {ours:>9.2f} {by_kind['writes'] / n:>7.2f} "
-                    f"{by_kind['events'] / n:>7.2f}   {up.total:>13.2f} {up.writes:>7.2f}"
+                    f"  {label:<28} {reconciles} {tally.total / n:>9.2f} {tally.writes / n:>7.2f} "
+                    f"{tally.events / n:>7.2f}"
                 )
+                print(f"    by request: {requests_line(tally, n)}")
+            figures.rows["states: load average (1 min)"] = f"{os.getloadavg()[0]:.2f}"
         finally:
             run.stop()
 
 
+def leading_number(cell: str) -> float | None:
+    found = re.match(r"-?\d+(?:\.\d+)?", cell)
+    return float(found.group()) if found else None
+
+
+def ratio(first: str, second: str) -> str:
+    """``first / second`` of two cells' leading numbers, or "-" where either has none (or is 0)."""
+    a, b = leading_number(first), leading_number(second)
+    if a is None or b is None or b == 0:
+        return "-"
+    return f"{a / b:.2f}"
+
+
 def side_by_side(all_figures: list[Figures]) -> None:
+    """Every figure of every controller in one table; with two controllers on a backend, the
+    ratio of the first's to the second's, and a flag where their load averages differ by more
+    than 2 (a phase run while the machine was busier is no fair comparison)."""
     rows: list[str] = []
     for figures in all_figures:
         rows += [row for row in figures.rows if row not in rows]
+    pairs: list[tuple[Figures, Figures]] = []
+    for backend in BACKEND_NAMES.values():
+        group = [f for f in all_figures if f.label.endswith(f"({backend})")]
+        if len(group) >= 2:
+            pairs.append((group[0], group[1]))
     width = max((len(r) for r in rows), default=10)
     columns = [max(len(f.label), 12) for f in all_figures]
+    ratio_labels = [
+        f"{a.label.split(' (')[0]}/{b.label.split(' (')[0]} ({a.label.rsplit('(', 1)[1]}" for a, b in pairs
+    ]
+    ratio_columns = [max(len(label), 8) for label in ratio_labels]
     print("\n== side by side")
     print(
-        f"  {'':<{width}}  " + "  ".join(f"{f.label:>{w}}" for f, w in zip(all_figures, columns, strict=True))
+        f"  {'':<{width}}  "
+        + "  ".join(f"{f.label:>{w}}" for f, w in zip(all_figures, columns, strict=True))
+        + "".join(f"  {label:>{w}}" for label, w in zip(ratio_labels, ratio_columns, strict=True))
     )
     for row in rows:
         cells = [f.rows.get(row, "-") for f in all_figures]
-        print(f"  {row:<{width}}  " + "  ".join(f"{c:>{w}}" for c, w in zip(cells, columns, strict=True)))
+        ratios = [ratio(a.rows.get(row, "-"), b.rows.get(row, "-")) for a, b in pairs]
+        print(
+            f"  {row:<{width}}  "
+            + "  ".join(f"{c:>{w}}" for c, w in zip(cells, columns, strict=True))
+            + "".join(f"  {r:>{w}}" for r, w in zip(ratios, ratio_columns, strict=True))
+        )
+    for a, b in pairs:
+        for row in rows:
+            if "load average" not in row:
+                continue
+            la, lb = leading_number(a.rows.get(row, "-")), leading_number(b.rows.get(row, "-"))
+            if la is not None and lb is not None and abs(la - lb) > 2:
+                print(f"  FLAG {row}: {a.label} {la:.2f}, {b.label} {lb:.2f}: not a fair pair, run it again")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -749,7 +845,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--controller",
         action="append",
-        help="'ours' (default) or a command run instead of our operator, {kubeconfig} substituted; repeatable",
+        help="'ours' (default), 'upstream' (its v2.3.0 controller, real backend), or a command run "
+        "instead, {kubeconfig} substituted; repeatable",
     )
     parser.add_argument("--trainjobs", type=int, default=1000, help="TrainJobs submitted at once")
     parser.add_argument("--steady", type=float, default=60.0, help="seconds of steady state")
@@ -776,15 +873,14 @@ def main(argv: list[str] | None = None) -> int:
     print(machine())
     print(f"backends: {', '.join(backends)}; controllers: {', '.join(controllers)}")
     print("each controller runs as a user of its own bound to cluster-admin (ours included)")
-    if "ours" in controllers:
-        print(upstream.DERIVATION)
     report = Report()
     all_figures: list[Figures] = []
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:
         bench = Bench(args, report, Path(tmp))
         for backend in backends:
             for controller in controllers:
-                label = f"{'ours' if controller == 'ours' else 'other'} ({BACKEND_NAMES[backend]})"
+                name = controller if controller in ("ours", "upstream") else "other"
+                label = f"{name} ({BACKEND_NAMES[backend]})"
                 print(f"\n##### {label}: {controller}")
                 figures = Figures(label)
                 all_figures.append(figures)

@@ -14,9 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from trainer_sandbox.apiserver.audit import AuditRecord
 from trainer_sandbox.ports import free_port
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH))
+import operator_load  # noqa: E402  (a script's module, from its directory)
 
 
 def run(script: str, *args: str) -> str:
@@ -43,6 +46,51 @@ def test_render_throughput() -> None:
 def test_render_cold_start() -> None:
     out = run("render_cold_start.py", "--runs", "2")
     assert "TARGET render cold start" in out
+
+
+def record(verb: str, resource: str, name: str, *, subresource: str = "", status: int = 200) -> AuditRecord:
+    mutated = verb in operator_load.WRITE_VERBS and 200 <= status < 300
+    return AuditRecord(
+        user="c", verb=verb, group="", version="v1", resource=resource, subresource=subresource,
+        namespace="default", name=name, method="", path="", status=status, mutated=mutated,
+    )  # fmt: skip
+
+
+def test_a_write_counts_once_in_the_requests_whatever_its_answer() -> None:
+    """The audit log of one TrainJob's reconciles, as the controller's requests: a JobSet created,
+    a status patch that conflicted and one that was stored, a snapshot read, an Event."""
+    records = [
+        record("get", "configmaps", "a-runtime-snapshot", status=404),
+        record("create", "configmaps", "a-runtime-snapshot", status=201),
+        record("create", "jobsets", "a", status=201),
+        record("patch", "trainjobs", "a", subresource="status", status=409),
+        record("patch", "trainjobs", "a", subresource="status"),
+        record("create", "events", "a.18f0", status=201),
+        record("watch", "trainjobs", ""),
+        record("list", "jobsets", ""),
+    ]
+    tally = operator_load.per_trainjob(records, {"a"})
+    assert (tally.reads, tally.writes, tally.stored, tally.events) == (1, 4, 3, 1)
+    assert tally.total == 6, "stored writes are a subset of the writes, not more requests"
+    assert tally.shared == 2
+    assert tally.requests["patch trainjobs/status"] == 2
+    assert operator_load.requests_line(tally, 1).startswith("patch trainjobs/status 2.00")
+
+
+def test_the_side_by_side_gives_ratios_and_flags_an_unequal_load(capsys: pytest.CaptureFixture[str]) -> None:
+    ours = operator_load.Figures(
+        "ours (real)", {"burst: requests per TrainJob": "6.00", operator_load.LOAD_ROW: "1.10"}
+    )
+    other = operator_load.Figures(
+        "upstream (real)", {"burst: requests per TrainJob": "4.00", operator_load.LOAD_ROW: "3.50"}
+    )
+    operator_load.side_by_side([ours, other])
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "ours/upstream (real)" in lines[lines.index("== side by side") + 1]
+    row = next(line for line in out.splitlines() if "burst: requests per TrainJob" in line)
+    assert row.split()[-1] == "1.50"
+    assert "FLAG burst: load average (1 min)" in out
 
 
 TINY = ("--trainjobs", "5", "--steady", "0.5", "--rate", "10", "--fast-rate", "20", "--rate-count", "5")
@@ -104,3 +152,20 @@ def test_operator_load_runs_another_controller_beside_ours(tmp_path: Path) -> No
     assert "ours (stand-in)" in header and "other (stand-in)" in header, table
     burst_row = next(line for line in table.splitlines() if "burst: every JobSet exists" in line)
     assert len(re.findall(r"\d+\.\d s", burst_row)) == 2, burst_row
+
+
+@pytest.mark.slow
+def test_operator_load_runs_upstreams_controller_beside_ours() -> None:
+    """Upstream's trainer-controller-manager, built by cluster/build, on the same work."""
+    if shutil.which("go") is None and not os.environ.get("CI"):
+        pytest.skip("go is not on PATH: the real control plane cannot be built")
+    out = run(
+        "operator_load.py", "--backend", "real", "--controller", "ours", "--controller", "upstream",
+        *TINY, "--phases", "burst",
+    )  # fmt: skip
+    assert "##### upstream (real): upstream" in out, out
+    assert "(not a target for another controller) TARGET [real] 5 TrainJobs at once" in out, out
+    table = out[out.index("== side by side") :]
+    assert "ours/upstream (real)" in table.splitlines()[1], table
+    row = next(line for line in table.splitlines() if "burst: requests per TrainJob" in line)
+    assert re.fullmatch(r".*\d+\.\d\d +\d+\.\d\d +\d+\.\d\d", row), row
