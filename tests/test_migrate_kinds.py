@@ -50,7 +50,9 @@ def test_xgboost_iris_master_and_workers(capsys: Any, monkeypatch: Any) -> None:
     env = env_of(node)
     name = "xgboost-dist-iris"
     assert env["MASTER_ADDR"] == f"{name}-node-0-0.{name}" and env["MASTER_PORT"] == "9991"
-    assert env["WORLD_SIZE"] == "3" and env["RANK"] == INDEX and env["PYTHONUNBUFFERED"] == "0"
+    assert (
+        env["WORLD_SIZE"] == "3" and env["RANK"] == INDEX and env["PYTHONUNBUFFERED"] == "1"
+    )  # v1.7 and later, as v1.9.4 sets it
     assert env["WORKER_PORT"] == "9991"
     assert env["WORKER_ADDRS"] == f"{name}-node-0-1.{name},{name}-node-0-2.{name}"
     # The v2 plugin's own tracker env, beside v1's.

@@ -16,6 +16,8 @@ from trainer.migrate.single import convert as convert_single
 
 
 def _env(ctx: Context) -> list[Obj]:
+    """What v1's controller set on every pod. PYTHONUNBUFFERED is "1" since Training Operator
+    v1.7 ("0" before, as for PyTorch)."""
     masters = ctx.counts.get("Master", 0)
     workers = ctx.counts.get("Worker", 0)
     added: list[Obj] = [
@@ -23,7 +25,7 @@ def _env(ctx: Context) -> list[Obj]:
         {"name": "MASTER_ADDR", "value": ctx.host(0)},
         {"name": "WORLD_SIZE", "value": str(ctx.nodes)},
         {"name": "RANK", "valueFrom": {"fieldRef": {"fieldPath": c.JOB_COMPLETION_INDEX_FIELD}}},
-        {"name": "PYTHONUNBUFFERED", "value": "0"},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
     ]
     if workers:
         added += [
