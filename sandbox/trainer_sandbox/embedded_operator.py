@@ -137,6 +137,12 @@ class EmbeddedOperator:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def reconciles(self) -> float:
+        """The reconciles it has finished without an error (``trainer_reconcile_total``): a test
+        that something costs no write shows first that a reconcile happened."""
+        registry = self.operator.metrics.registry
+        return registry.get_sample_value("trainer_reconcile_total", {"result": "success"}) or 0.0
+
     def idle(self, timeout: float = 10) -> bool:
         """True once the work queue is empty (no reconcile pending or running)."""
         import time

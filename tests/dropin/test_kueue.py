@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dropin_helpers import real_cluster, wait_for
+from cluster_helpers import real_cluster, wait_for
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.cluster import ControlPlane, addons
 from trainer_sandbox.embedded_operator import EmbeddedOperator

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from dropin_helpers import real_cluster, wait_for
+from cluster_helpers import finished, real_cluster, recreated, running_pods, wait_for, world
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.cluster import ControlPlane, addons, install
 from trainer_sandbox.cluster.kube import KubeError
@@ -92,51 +92,6 @@ def stop_ours(operator: EmbeddedOperator, plane: ControlPlane) -> None:
             admin.request("DELETE", f"/apis/admissionregistration.k8s.io/v1/{kind}/trainer.kubeflow.org")
 
 
-def reconciles(operator: EmbeddedOperator) -> float:
-    registry = operator.operator.metrics.registry
-    return registry.get_sample_value("trainer_reconcile_total", {"result": "success"}) or 0.0
-
-
-def world(cluster: RealCluster) -> dict[str, Any]:
-    """What a switch must leave alone: each object's uid, and the TrainJobs' status."""
-    out: dict[str, Any] = {}
-    for api_version, kind in (
-        ("jobset.x-k8s.io/v1alpha2", "JobSet"),
-        ("v1", "Pod"),
-        ("v1", "Secret"),
-        ("v1", "ConfigMap"),
-    ):
-        for obj in cluster.list(api_version, kind):
-            # The uid (not recreated) and, for a ConfigMap, its data (a hostfile, a snapshot).
-            out[f"{kind}/{obj['metadata']['name']}"] = (
-                obj["metadata"]["uid"],
-                obj.get("data") if kind == "ConfigMap" else None,
-            )
-    for tj in cluster.list(TJ, "TrainJob"):
-        conditions = (tj.get("status") or {}).get("conditions") or []
-        out[f"TrainJob/{tj['metadata']['name']}"] = sorted(
-            (c["type"], c["status"], c.get("reason", "")) for c in conditions
-        )
-    return out
-
-
-def finished(cluster: RealCluster, name: str) -> str:
-    conditions = (cluster.get(TJ, "TrainJob", name).get("status") or {}).get("conditions") or []
-    return next(
-        (c["type"] for c in conditions if c["type"] in ("Complete", "Failed") and c["status"] == "True"), ""
-    )
-
-
-def running_pods(cluster: RealCluster, jobset: str) -> int:
-    pods = cluster.list("v1", "Pod")
-    return sum(
-        1
-        for p in pods
-        if p["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == jobset
-        and (p.get("status") or {}).get("phase") == "Running"
-    )
-
-
 def quiet(cluster: RealCluster, user: str, seconds: float = 3.0, timeout: float = 60) -> None:
     """Until ``user`` has written nothing in the namespace for ``seconds``."""
     deadline = time.monotonic() + timeout
@@ -148,20 +103,6 @@ def quiet(cluster: RealCluster, user: str, seconds: float = 3.0, timeout: float 
         ]:
             return
     raise AssertionError(f"{user} kept writing for {timeout} s")
-
-
-def recreated(records: list[Any]) -> list[str]:
-    """JobSets created or deleted, and pods deleted, by anyone."""
-    return [
-        f"{r.user} {r.verb} {r.resource}/{r.name}"
-        for r in records
-        if r.mutated
-        and r.namespace == NAMESPACE
-        and (
-            (r.resource == "jobsets" and r.verb in ("create", "delete"))
-            or (r.resource == "pods" and r.verb == "delete")
-        )
-    ]
 
 
 def writes(records: list[Any], user: str, resource: str) -> list[str]:
@@ -206,7 +147,7 @@ def under_upstream(
     ours = start_ours(plane, cluster, directory)
     try:
         # Its first list queues every TrainJob: five reconciles and an empty queue is each one seen.
-        wait_for(lambda: reconciles(ours) >= 5 and ours.idle(), "ours to reconcile every TrainJob")
+        wait_for(lambda: ours.reconciles() >= 5 and ours.idle(), "ours to reconcile every TrainJob")
         quiet(cluster, OPERATOR_USER)
         after = world(cluster)
         records = cluster.audit_since(mark)
@@ -223,7 +164,7 @@ def test_ours_takes_over_without_recreating_or_rewriting_anything(
         before
     )
     assert sum(k.startswith("Pod/") for k in before) >= 4, before
-    assert recreated(records) == []
+    assert recreated(records, NAMESPACE) == []
     assert after == before, "the same objects, the same status"
     assert writes(records, OPERATOR_USER, "jobsets") == []
     assert writes(records, OPERATOR_USER, "secrets") == []
@@ -264,7 +205,7 @@ def test_back_to_upstream_without_recreating_anything(
     upstream = start_upstream(plane, cluster, tmp_path)
     try:
         quiet(cluster, UPSTREAM_USER)
-        assert recreated(cluster.audit_since(mark)) == []
+        assert recreated(cluster.audit_since(mark), NAMESPACE) == []
         after = world(cluster)
         assert {k: v for k, v in after.items() if k.startswith(("JobSet/", "Secret/", "ConfigMap/"))} == {
             k: v for k, v in before.items() if k.startswith(("JobSet/", "Secret/", "ConfigMap/"))
@@ -274,6 +215,6 @@ def test_back_to_upstream_without_recreating_anything(
         assert cluster.get("jobset.x-k8s.io/v1alpha2", "JobSet", "ours-suspended")["spec"]["suspend"] is True
         wait_for(lambda: finished(cluster, "ours-torch") == "Complete", "ours-torch to complete", timeout=120)
         wait_for(lambda: finished(cluster, "ours-mpi") == "Complete", "ours-mpi to complete", timeout=120)
-        assert recreated(cluster.audit_since(mark)) == []
+        assert recreated(cluster.audit_since(mark), NAMESPACE) == []
     finally:
         upstream.stop()

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 from trainer_sandbox.backends import Cluster
-from trainer_sandbox.embedded_operator import EmbeddedOperator
 from trainer_sandbox.operator_process import OPERATOR_USER
 
 TJ = "trainer.kubeflow.org/v1alpha1"
@@ -18,7 +17,6 @@ __all__ = [
     "get_or_none",
     "operator_requests",
     "operator_writes",
-    "reconciles",
     "trainjob",
     "wait_for",
 ]
@@ -95,13 +93,3 @@ def wait_settled(server: Cluster, idle: Callable[[], bool], quiet: float = 1.0, 
         if idle() and not operator_writes(server, mark, events=True):
             return
     raise AssertionError(f"the operator kept writing for {timeout} s")
-
-
-def reconciles(operator: EmbeddedOperator) -> float:
-    """The reconciles the operator has finished without an error (``trainer_reconcile_total``).
-
-    A test that something costs no write shows first that it ran: a reconcile that never happened
-    writes nothing too.
-    """
-    registry = operator.operator.metrics.registry
-    return registry.get_sample_value("trainer_reconcile_total", {"result": "success"}) or 0.0

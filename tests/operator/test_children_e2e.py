@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import time
 
-from operator_helpers import TJ, conditions, get_or_none, operator_writes, reconciles, trainjob, wait_for
+from operator_helpers import TJ, conditions, get_or_none, operator_writes, trainjob, wait_for
 from trainer_sandbox.backends import Cluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
 
@@ -65,9 +65,9 @@ def test_coscheduled_trainjob_end_to_end(cluster: Cluster, operator: EmbeddedOpe
 
 def test_managed_by_multikueue_is_not_touched(cluster: Cluster, operator: EmbeddedOperator) -> None:
     mark = cluster.audit_mark()
-    before = reconciles(operator)
+    before = operator.reconciles()
     cluster.create(trainjob("elsewhere", managedBy="kueue.x-k8s.io/multikueue"))
-    wait_for(lambda: reconciles(operator) > before, what="a reconcile of the TrainJob")
+    wait_for(lambda: operator.reconciles() > before, what="a reconcile of the TrainJob")
     time.sleep(1.0)
     assert operator.idle()
     touched = operator_writes(cluster, mark, events=True)

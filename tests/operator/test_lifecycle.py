@@ -10,7 +10,6 @@ from operator_helpers import (
     get_or_none,
     operator_requests,
     operator_writes,
-    reconciles,
     trainjob,
     wait_for,
     wait_settled,
@@ -49,12 +48,12 @@ def test_steady_state_and_noop_reconcile_write_nothing(cluster: Cluster, operato
     wait_for(lambda: conditions(cluster, "idle").get("Suspended") == ("True", "Suspended"), what="Suspended")
     wait_settled(cluster, operator.idle)
     mark = cluster.audit_mark()
-    before = reconciles(operator)
+    before = operator.reconciles()
     # Force reconciles of a TrainJob whose world is as it should be.
     _requeue(operator, (cluster.namespace, "idle"))
     time.sleep(1.0)
     assert operator.idle()
-    assert reconciles(operator) > before, "the forced reconciles ran"
+    assert operator.reconciles() > before, "the forced reconciles ran"
     assert operator_writes(cluster, mark, events=True) == []
 
 
@@ -141,7 +140,7 @@ def test_restart_mid_lifecycle_converges_without_duplicate_writes(
     with EmbeddedOperator(operator_kubeconfig, namespaces=[cluster.namespace]) as second:
         time.sleep(1.0)
         assert second.idle()
-        assert reconciles(second) >= 1, "the restarted operator reconciled the TrainJob"
+        assert second.reconciles() >= 1, "the restarted operator reconciled the TrainJob"
         assert operator_writes(cluster, mark, events=True) == [], "a restart re-creates or rewrites nothing"
         cluster.patch(TJ, "TrainJob", "survivor", {"spec": {"suspend": False}})
         wait_for(

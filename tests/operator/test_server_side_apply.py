@@ -14,7 +14,6 @@ from operator_helpers import (
     conditions,
     get_or_none,
     operator_writes,
-    reconciles,
     trainjob,
     wait_for,
     wait_settled,
@@ -89,11 +88,11 @@ def test_resume_keeps_what_another_manager_set_on_the_suspended_jobset(
 
     # Compare first: a reconcile that finds what it wants among others' fields writes nothing.
     mark = cluster.audit_mark()
-    before = reconciles(operator)
+    before = operator.reconciles()
     loop = operator._loop
     assert loop is not None
     loop.call_soon_threadsafe(operator.operator.queue.add, (cluster.namespace, "queued"))
-    wait_for(lambda: reconciles(operator) > before, what="the forced reconcile")
+    wait_for(lambda: operator.reconciles() > before, what="the forced reconcile")
     assert operator.idle()
     assert [(r.verb, r.resource) for r in operator_writes(cluster, mark)] == []
 

@@ -8,7 +8,7 @@ import copy
 import time
 from pathlib import Path
 
-from operator_helpers import TJ, conditions, get_or_none, reconciles, trainjob, wait_for
+from operator_helpers import TJ, conditions, get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import Cluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
 
@@ -110,9 +110,9 @@ def test_the_runtime_run_policy_ttl_is_inherited_and_a_running_trainjob_is_never
         what="the inheriting TrainJob deleted",
     )
     # The running one was reconciled all along (its JobSet's status changes) and is still there.
-    before = reconciles(operator)
+    before = operator.reconciles()
     cluster.patch(TJ, "TrainJob", "running", {"metadata": {"labels": {"poke": "1"}}})
-    wait_for(lambda: reconciles(operator) > before, what="a reconcile of the running TrainJob")
+    wait_for(lambda: operator.reconciles() > before, what="a reconcile of the running TrainJob")
     time.sleep(2.0)
     assert not gone(cluster, "running"), "a TrainJob that has not finished is never deleted"
     assert get_or_none(cluster, JS, "JobSet", "running") is not None

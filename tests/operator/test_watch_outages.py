@@ -22,7 +22,6 @@ from operator_helpers import (
     get_or_none,
     operator_requests,
     operator_writes,
-    reconciles,
     trainjob,
     wait_for,
     wait_settled,
@@ -186,11 +185,11 @@ def test_a_resync_reconciles_every_trainjob_and_writes_nothing(
         wait_for(lambda: conditions(cluster, "steady").get("Suspended", ("",))[0] == "True", what="Suspended")
         wait_for(lambda: conditions(cluster, "done").get("Complete", ("",))[0] == "True", what="Complete")
         wait_settled(cluster, operator.idle)
-        before = reconciles(operator)
+        before = operator.reconciles()
         mark = cluster.audit_mark()
         time.sleep(3.5)
         assert operator.idle()
-        resynced = reconciles(operator) - before
+        resynced = operator.reconciles() - before
         assert resynced >= 3 * 2, f"each TrainJob reconciled twice in 3.5 s of a 1 s resync: {resynced}"
         assert operator_writes(cluster, mark, events=True) == [], "a world as it should be costs no write"
         assert cluster.get(TJ, "TrainJob", "steady")["spec"]["suspend"] is True

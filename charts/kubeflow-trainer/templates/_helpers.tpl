@@ -89,12 +89,17 @@ app.kubernetes.io/part-of: kubeflow
 {{- end }}
 
 {{- define "trainer.manager.selectorLabels" -}}
+{{ include "trainer.manager.ownSelectorLabels" . }}
+{{- include "trainer.manager.keptSelectorLabels" . }}
+{{- end }}
+
+{{- /* What this release selects the operator's pods with, before any kept from an upgrade. */ -}}
+{{- define "trainer.manager.ownSelectorLabels" -}}
 {{ include "trainer.selectorLabels" . }}
 app.kubernetes.io/component: manager
 {{- with .Values.manager.selectorLabels }}
 {{ toYaml . }}
 {{- end }}
-{{- include "trainer.manager.keptSelectorLabels" . }}
 {{- end }}
 
 {{- /*
@@ -110,9 +115,7 @@ fresh install: there, set manager.selectorLabels.
 {{- $existing := lookup "apps/v1" "Deployment" .Release.Namespace $name }}
 {{- $selector := dig "spec" "selector" "matchLabels" dict ($existing | default dict) }}
 {{- if $selector }}
-{{- $ours := include "trainer.selectorLabels" . | fromYaml }}
-{{- $_ := set $ours "app.kubernetes.io/component" "manager" }}
-{{- $ours = merge $ours (.Values.manager.selectorLabels | default dict) }}
+{{- $ours := include "trainer.manager.ownSelectorLabels" . | fromYaml }}
 {{- $pod := include "trainer.manager.labels" . | fromYaml }}
 {{- range $key, $value := $ours }}
 {{- if not (hasKey $selector $key) }}

@@ -88,15 +88,6 @@ def module_dir(module: str) -> Path:
     return install.module_dir(GO_MODULE, module)
 
 
-def crds(directory: Path) -> list[Obj]:
-    return [
-        d
-        for p in sorted(directory.glob("*.yaml"))
-        for d in install.documents(p)
-        if d.get("kind") == "CustomResourceDefinition"
-    ]
-
-
 def install_crds(admin: Kube, objs: Sequence[Obj], timeout: float = 60) -> None:
     """Create, or replace with these, the CRDs, and wait until they are served."""
     for crd in objs:
@@ -210,7 +201,7 @@ def start_kueue(
         )
     module = module_dir(KUEUE_MODULE)
     admin = plane.client()
-    install_crds(admin, crds(module / "config" / "components" / "crd" / "bases"))
+    install_crds(admin, install.crds_in(module / "config" / "components" / "crd" / "bases"))
     directory.mkdir(parents=True, exist_ok=True)
     cert_dir = directory / "kueue-webhook"
     webhook_serving_pair(plane.pki_dir, "kueue-webhook", cert_dir)
@@ -281,7 +272,7 @@ def _kueue_webhooks_active(admin: Kube) -> bool:
 
 
 def upstream_crds(module: Path) -> list[Obj]:
-    return crds(module / "manifests" / "base" / "crds")
+    return install.crds_in(module / "manifests" / "base" / "crds")
 
 
 def upstream_runtimes(

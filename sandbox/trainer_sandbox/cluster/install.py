@@ -156,10 +156,14 @@ def volumes(count: int = VOLUME_COUNT) -> list[Obj]:
 
 
 def jobset_crds(module: Path) -> list[Obj]:
-    base = module / "config" / "components" / "crd" / "bases"
+    return crds_in(module / "config" / "components" / "crd" / "bases")
+
+
+def crds_in(directory: Path) -> list[Obj]:
+    """The CRDs of a directory of manifests (a module's), in file order."""
     return [
         d
-        for p in sorted(base.glob("*.yaml"))
+        for p in sorted(directory.glob("*.yaml"))
         for d in documents(p)
         if d.get("kind") == "CustomResourceDefinition"
     ]
