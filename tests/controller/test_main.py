@@ -69,12 +69,15 @@ def test_log_lines_have_rfc3339_times_and_name_their_object(capsys: pytest.Captu
     level, logger.level = logger.level, logging.INFO  # what `trainer run` sets (configure_logging)
     try:
         recorder = Recorder(client=None, capacity=1)  # type: ignore[arg-type]  # never started: queued only
-        recorder.record(trainjob, "Normal", "JobSetCreated", "Created JobSet mnist")
+        recorder.record(trainjob, "Normal", "JobSetCreated", "Created JobSet mnist", post=False)
         recorder.record(trainjob, "Warning", "TrainJobFailed", "key -----BEGIN EC PRIVATE KEY-----abc")
     finally:
         logger.removeHandler(keep)
         logger.level = level
     first, second = records
+    # A notice logged, not posted (docs/decisions.md §events), leaves the Event queue to the other.
+    assert recorder.queue.qsize() == 1 and recorder.dropped == 0
+    assert recorder.queue.get_nowait()["reason"] == "TrainJobFailed"
     line = json.loads(JsonFormatter().format(first))
     assert line["time"].endswith("Z") and len(line["time"]) == len("1970-01-01T00:00:00.250Z")
     assert line["level"] == "info" and line["logger"] == "trainer.trainjob"

@@ -116,9 +116,13 @@ class Recorder:
             self.dropped += dropped
             logger.info("no longer leading: dropped %d queued event(s)", dropped)
 
-    def record(self, trainjob: Obj, type_: str, reason: str, message: str) -> None:
-        # Each Event is one log line too, at INFO whatever this replica's role: what happened to a
-        # TrainJob is in the logs even where Events have expired (an hour by default).
+    def record(self, trainjob: Obj, type_: str, reason: str, message: str, *, post: bool = True) -> None:
+        """Log what happened to a TrainJob and, unless ``post`` is False, post it as an Event.
+
+        Each Event is one log line too, at INFO whatever this replica's role: what happened to a
+        TrainJob is in the logs even where Events have expired (an hour by default). A notice
+        logged and not posted is one whose API request is not worth it (docs/decisions.md §events).
+        """
         meta = trainjob.get("metadata") or {}
         transitions.log(
             logging.WARNING if type_ == "Warning" else logging.INFO,
@@ -129,6 +133,8 @@ class Recorder:
             scrub(message),
             extra=object_fields({**trainjob, "kind": "TrainJob"}, reason),
         )
+        if not post:
+            return
         try:
             self.queue.put_nowait(event_for(trainjob, type_, reason, message))
         except asyncio.QueueFull:

@@ -297,7 +297,15 @@ class Reconciler:
         notes: list[tuple[str, str, str]] = []
         for obj in report.created:
             if obj["kind"] == c.JOBSET_KIND:
-                notes.append(("Normal", "JobSetCreated", f"Created JobSet {obj['metadata']['name']}"))
+                # Logged, not posted: an Event for every TrainJob's start would be a request
+                # upstream does not make (docs/decisions.md §events).
+                self.recorder.record(
+                    trainjob,
+                    "Normal",
+                    "JobSetCreated",
+                    f"Created JobSet {obj['metadata']['name']}",
+                    post=False,
+                )
                 meta = trainjob["metadata"]
                 key = (meta.get("namespace") or "default", meta["name"])
                 if self._counted.get(key) == meta.get("uid"):

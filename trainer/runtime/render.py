@@ -225,11 +225,16 @@ def effective(trainjob_obj: Obj, policy: _Policy | Obj, field_name: str) -> int 
 
 
 def _set_times(status: Obj, *, runs: bool, resumed: bool, now: str) -> None:
-    """batch/v1 Job's meaning: startTime when it first runs unsuspended (its children built) and
-    again on resume; completionTime when it completes, not when it fails (docs/decisions.md §ttl)."""
+    """startTime when what runs the TrainJob first reports its Jobs while it is not suspended
+    (as a pod's startTime is when its kubelet first acknowledges it), and again on resume;
+    completionTime when it completes, not when it fails (docs/decisions.md §ttl).
+
+    Set with the first report of the Jobs, startTime goes out in the status write that report
+    makes anyway, never in a write of its own."""
     conditions: list[Obj] = status["conditions"]
     finished = cond.is_finished(status)
-    if runs and not finished and (resumed or not status.get("startTime")):
+    reported = bool(status.get("jobsStatus"))
+    if runs and not finished and (resumed or (reported and not status.get("startTime"))):
         status["startTime"] = now
     complete = cond.find(conditions, c.COND_COMPLETE)
     if complete is not None and complete.get("status") == "True" and not status.get("completionTime"):
