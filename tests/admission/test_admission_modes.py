@@ -151,11 +151,23 @@ def test_a_mutating_patch_turns_integral_floats_into_ints() -> None:
     1.0 as 1: an integer field's CEL rule then sees an int. Unpatched, it sees a float64 and fails."""
     unpatched = trainjob(trainer={"numProcPerNode": 1.0})
     assert verdict(unpatched, Mode.FULL) == ["spec.trainer.numProcPerNode"]
-    # A number for a quantity is written as a quantity string by our defaulting webhook: a patch.
-    patched = trainjob(trainer={"numProcPerNode": 1.0, "resourcesPerNode": {"requests": {"cpu": 2}}})
+    # A fraction for a quantity is written as a quantity string by our defaulting webhook: a patch.
+    patched = trainjob(trainer={"numProcPerNode": 1.0, "resourcesPerNode": {"requests": {"cpu": 0.5}}})
     assert verdict(patched, Mode.FULL) == []
     assert stored(patched)["spec"]["trainer"]["numProcPerNode"] == 1
     assert isinstance(stored(patched)["spec"]["trainer"]["numProcPerNode"], int)
+    assert stored(patched)["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] == "500m"
+
+
+def test_defaulting_keeps_the_whole_numbers_a_user_wrote_at_quantities() -> None:
+    """docs/decisions.md §9: ``cpu: 2`` is an int-or-string's integer, stored as written, so the
+    same manifest applied again is no change; only a fraction, which no schema stores as a number,
+    becomes a quantity string."""
+    job = trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 2, "memory": 1024.0, "gpu": 0.25}}})
+    assert verdict(job, Mode.FULL) == []
+    requests = stored(job)["spec"]["trainer"]["resourcesPerNode"]["requests"]
+    assert requests == {"cpu": 2, "memory": 1024, "gpu": "250m"}
+    assert isinstance(requests["cpu"], int)
 
 
 def test_hints_reword_the_refusal_and_keep_its_paths() -> None:

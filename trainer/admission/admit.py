@@ -128,8 +128,9 @@ def default_object(obj: Obj, old: Obj | None, now: str) -> None:
     """The defaulting webhooks: what they change before the schema is checked.
 
     docs/decisions.md §9: numbers are accepted where the CRDs take quantity strings (the Kubeflow SDK
-    sends ``cpu: 2.0``; a runtime author writes ``cpu: 0.5``); they are written as canonical
-    quantity strings, since the API server checks the schema after the mutating webhooks. For a
+    sends ``cpu: 2.0``; a runtime author writes ``cpu: 0.5``). A whole number is the schema's
+    int-or-string integer and is kept as written; a fraction is written as a quantity string,
+    since the API server checks the schema after the mutating webhooks. For a
     TrainJob, each runtime patch gets the time it was last changed (docs/upstream-behaviour.md §defaulting).
     On an update, a field of ours beyond upstream's API that the update leaves out keeps its stored
     value (admission/extensions.py: clients built on upstream's types drop it). Any field may still

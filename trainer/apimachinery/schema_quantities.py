@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any, TypeAlias
 
 from trainer.api.quantity import canonical_quantity, resource_list_canonical
+from trainer.apimachinery.json_values import json_integer
 
 QUANTITY_PATTERN = (
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)"
@@ -56,11 +57,11 @@ def _fields(schema: Mapping[str, Any]) -> Fields | None:
 
 
 def accept_numbers(fields: Fields | None, obj: Any, old: Any = None) -> None:
-    """Write numbers found at quantity fields as canonical strings, in place.
+    """Write fractions found at quantity fields as canonical strings, in place.
 
-    What our defaulting webhooks do before the schema is checked. On update, a number the stored
-    object already holds at the same place is left alone: the object was stored before this
-    webhook existed, and rewriting it would trip the schema's immutability rules.
+    What our defaulting webhooks do before the schema is checked. A whole number is left as the
+    user wrote it (the schema stores it), and so, on update, is a number the stored object already
+    holds at the same place: rewriting it would trip the schema's immutability rules.
     """
     if fields is None:
         return
@@ -116,7 +117,11 @@ def _convert(value: Any, old: Any, numbers_only: bool) -> Any:
     if isinstance(value, bool):
         return value
     is_number = isinstance(value, (int, float))
-    if numbers_only and (not is_number or (type(old) is type(value) and old == value)):
+    if numbers_only and (not is_number or json_integer(value) or (type(old) is type(value) and old == value)):
+        # Defaulting never rewrites what the schema stores as written: a whole number is an
+        # int-or-string's integer, kept as the user set it, so applying the same manifest again
+        # is no change (docs/decisions.md §9). Only a fraction, which no CRD schema can store as a
+        # number, becomes a quantity string.
         return value
     if not is_number and not isinstance(value, str):
         return value
