@@ -38,6 +38,13 @@ class _Version(argparse.Action):
         parser.exit(EXIT_OK)
 
 
+# `render -o` and `migrate -o`: both print the same two shapes (README, "The contract").
+_OUTPUT_HELP = (
+    "yaml: a YAML stream, one document per object; json: one v1 List holding every object "
+    "(default: %(default)s)"
+)
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="trainer", description="Kubeflow Trainer v2 control plane, in Python.")
     parser.add_argument("--version", action=_Version)
@@ -52,9 +59,22 @@ def _build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="manifest file, directory (its *.yaml, *.yml, *.json) or - for stdin; repeatable",
     )
-    render.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    render.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json"),
+        default="yaml",
+        help=_OUTPUT_HELP,
+    )
     render.add_argument("--no-default-runtimes", action="store_true", help="do not load the bundled runtimes")
-    render.add_argument("--now", default="1970-01-01T00:00:00Z", help="the time every timestamp takes")
+    render.add_argument(
+        "--now",
+        default="1970-01-01T00:00:00Z",
+        metavar="TIME",
+        help="the time every timestamp takes, in RFC 3339: YYYY-MM-DDTHH:MM:SS, an optional "
+        ".fraction, then Z or +HH:MM/-HH:MM, e.g. 2026-01-01T00:00:00Z or 2026-01-01T09:30:00+05:30 "
+        "(default: %(default)s)",
+    )
     render.add_argument(
         "--show-secrets",
         action="store_true",
@@ -93,7 +113,10 @@ def _build_parser() -> argparse.ArgumentParser:
         help="generate the CRDs in crds/ and the typed views in trainer/api/views/ from the API models",
     )
     crds.add_argument(
-        "--output-dir", default=None, help="where to write the CRDs (default: the package's crds/)"
+        "--output-dir",
+        default=None,
+        metavar="DIR",
+        help="where to write the CRDs (default: the package's crds/)",
     )
     crds.add_argument(
         "--vendor-from",
@@ -105,18 +128,54 @@ def _build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run the operator against the cluster in KUBECONFIG or in-cluster")
     scope = run.add_mutually_exclusive_group()
     scope.add_argument(
-        "-n", "--namespace", action="append", default=[], help="watch this namespace (repeatable)"
+        "-n",
+        "--namespace",
+        action="append",
+        default=[],
+        metavar="NAMESPACE",
+        help="watch this namespace (repeatable)",
     )
     scope.add_argument(
         "-A", "--all-namespaces", action="store_true", help="watch every namespace (the default)"
     )
-    run.add_argument("--standalone", action="store_true", help="run without peering (always the case today)")
+    # kopf's `kopf run --standalone` turns its peering off; the operator always runs kopf that way
+    # (controller/operator.py passes standalone=True), so the flag is parsed and never read.
     run.add_argument(
-        "--liveness", metavar="URL", help="serve a liveness endpoint, e.g. http://0.0.0.0:8081/healthz"
+        "--standalone",
+        action="store_true",
+        help="has no effect (kept so that command lines passing it still work): the operator never "
+        "peers with other kopf operators; its replicas coordinate through leaderElection in --config",
     )
-    run.add_argument("--log-format", choices=("plain", "json"), default="plain")
-    run.add_argument("-v", "--verbose", action="count", default=0)
-    run.add_argument("--config", metavar="FILE", help="operator Configuration (YAML)")
+    run.add_argument(
+        "--liveness",
+        metavar="URL",
+        help="serve the liveness endpoint here, e.g. http://0.0.0.0:8081/healthz "
+        "(default: the --config file's health.healthProbeBindAddress and livenessEndpointName)",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=("plain", "json"),
+        default="plain",
+        help="plain: one 'TIME LEVEL LOGGER: MESSAGE' line per record; json: one JSON object per line, "
+        "with time, level, logger, message and, for a line about an object, kind, namespace, name, "
+        "uid and reason (default: %(default)s)",
+    )
+    run.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="log more; repeatable. Without it: one INFO line per TrainJob transition and per "
+        "webhook refusal, leadership changes, start-up, and every warning and error; -v: also the "
+        "operator's debug lines (requeued reconciles, watch restarts, certificate checks) and other "
+        "libraries' INFO lines (kopf's excepted); -vv: also kopf's and the HTTP libraries' debug lines",
+    )
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the operator's Configuration, a YAML file (docs/configuration.md; default: every "
+        "field's default)",
+    )
 
     sub.add_parser(
         "demo", help="run the control plane on a local API server and watch example TrainJobs", add_help=False
@@ -151,13 +210,20 @@ def _migrate_parser(sub: Any) -> None:
         help="read the v1 jobs from the cluster the kubeconfig names (read only)",
     )
     scope = migrate.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", help="with --from-cluster: this namespace")
+    scope.add_argument(
+        "-n",
+        "--namespace",
+        metavar="NAMESPACE",
+        help="with --from-cluster: this namespace (default: the kubeconfig context's, else default)",
+    )
     scope.add_argument(
         "-A", "--all-namespaces", action="store_true", help="with --from-cluster: every namespace"
     )
-    migrate.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml")
+    migrate.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml", help=_OUTPUT_HELP)
     migrate.add_argument(
-        "--lossy", action="store_true", help="convert what cannot be carried faithfully, each loss a Warning:"
+        "--lossy",
+        action="store_true",
+        help="convert what cannot be carried faithfully, each loss a 'Warning:' line on stderr",
     )
     migrate.add_argument(
         "--no-suspend-running",
@@ -167,7 +233,8 @@ def _migrate_parser(sub: Any) -> None:
     migrate.add_argument(
         "--fix-names",
         action="store_true",
-        help="give a job whose name is not a valid TrainJob name the nearest valid one (a Warning: each)",
+        help="give a job whose name is not a valid TrainJob name the nearest valid one (each a 'Warning:' "
+        "line on stderr)",
     )
     migrate.add_argument(
         "--gang-scheduler",

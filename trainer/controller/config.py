@@ -8,12 +8,15 @@ same setting exists (``clientConnection``, ``controller``, ``webhook``, ``metric
 from __future__ import annotations
 
 import contextlib
+import difflib
 import re
 import ssl
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from trainer.controller import tls_options
 
@@ -33,6 +36,16 @@ CONTROLLED_KINDS = (
     "TrainingRuntime.trainer.kubeflow.org",
     "ClusterTrainingRuntime.trainer.kubeflow.org",
 )
+
+
+class UnknownKeyError(ValueError):
+    """A key of a free-form mapping (``controller.groupKindConcurrency``) that is not one of the
+    keys the operator reads: raised by a field validator, so that the error printed for the file
+    (``explain``) can name the key and suggest the nearest allowed one, as for a misspelt field."""
+
+    def __init__(self, key: str, allowed: Sequence[str], message: str) -> None:
+        super().__init__(message)
+        self.key, self.allowed = key, tuple(allowed)
 
 
 class Controller(_Section):
@@ -55,8 +68,10 @@ class Controller(_Section):
     def _known_kinds(cls, value: dict[str, int]) -> dict[str, int]:
         for key, count in value.items():
             if key not in CONTROLLED_KINDS:
-                raise ValueError(
-                    f"{key!r}: not a kind this operator reconciles (one of {', '.join(CONTROLLED_KINDS)})"
+                raise UnknownKeyError(
+                    key,
+                    CONTROLLED_KINDS,
+                    f"{key!r}: not a kind this operator reconciles (one of {', '.join(CONTROLLED_KINDS)})",
                 )
             if count < 1:
                 raise ValueError(f"{key}: {count}: at least 1")
@@ -346,13 +361,142 @@ class Configuration(_Section):
         return self
 
 
+class ConfigError(ValueError):
+    """The configuration file cannot be used: its message, one paragraph naming the file and
+    each problem by its key's path, is what ``trainer run`` prints before exiting 2."""
+
+
 def load(path: str | None) -> Configuration:
+    """The Configuration in the YAML file ``path`` (every default without one).
+
+    Whatever is wrong with the file is raised as a ConfigError written for the person who edits
+    it (``explain``), not as pydantic's or PyYAML's report: the file usually comes from a Helm
+    values file through the chart's ConfigMap, and whoever reads the pod's log must be able to
+    find the key at fault without knowing the model.
+    """
     if not path:
         return Configuration()
     import yaml
 
-    data: object = yaml.safe_load(Path(path).read_text()) or {}
-    return Configuration.model_validate(data)
+    try:
+        text = Path(path).read_text()
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        data: object = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not YAML: {_yaml_problem(exc)}") from None
+    try:
+        return Configuration.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(explain(exc, path)) from None
+
+
+def _yaml_problem(exc: Exception) -> str:
+    """PyYAML's reason and position on one line (its own text spans several, with a caret)."""
+    problem = getattr(exc, "problem", None) or getattr(exc, "context", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def explain(error: ValidationError, path: str) -> str:
+    """What is wrong with the file ``path``, one line per problem, each starting with the path of
+    the key at fault (``webhook.port``): pydantic's own report names its types and links its
+    website, and says nothing of the key that was meant. An unknown key is given the closest
+    allowed key (the usual cause is a typo) and every key allowed where it stands."""
+    lines = [_problem(item) for item in error.errors(include_url=False)]
+    if len(lines) == 1:
+        return f"{path}: {lines[0]}"
+    return "\n".join([f"{path}: {len(lines)} problems:", *(f"  {line}" for line in lines)])
+
+
+def _problem(item: ErrorDetails) -> str:
+    loc: tuple[str | int, ...] = tuple(item["loc"])
+    cause = (item.get("ctx") or {}).get("error")
+    if item["type"] == "extra_forbidden":
+        return _unknown_key(loc[:-1], str(loc[-1]), _section_keys(loc[:-1]))
+    if isinstance(cause, UnknownKeyError):
+        return _unknown_key(loc, cause.key, cause.allowed)
+    where = key_path(loc)
+    if isinstance(cause, Exception):  # a validator of ours: its message is written for the file
+        reason = str(cause)
+        # A check across a section's fields names them itself (leaderElection.leaseDuration ...).
+        if not where or reason.startswith((f"{where}.", f"{where} ")):
+            return reason
+        return f"{where}: {reason}"
+    if item["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        reason = f"should be a mapping of keys, not {_shown(item.get('input'))}"
+    else:
+        reason = str(item["msg"]).replace("Input should", "should", 1)
+        if "input" in item and not isinstance(item["input"], dict | list):
+            reason += f" (got {_shown(item['input'])})"
+    return f"{where}: {reason}" if where else f"the file {reason}"
+
+
+def _unknown_key(parent: tuple[str | int, ...], key: str, allowed: Iterable[str]) -> str:
+    """``parent.key: unknown key; did you mean <closest>? (the keys of <parent>: ...)``."""
+    allowed = list(allowed)
+    where = key_path((*parent, key))
+    closest = closest_key(key, allowed)
+    guess = f"; did you mean {closest}?" if closest else ""
+    if not allowed:
+        return f"{where}: unknown key{guess}"
+    level = f"the keys of {key_path(parent)}" if parent else "the keys at the top level"
+    return f"{where}: unknown key{guess} ({level}: {', '.join(allowed)})"
+
+
+def closest_key(key: str, allowed: Iterable[str]) -> str | None:
+    """The allowed key ``key`` most likely misspells, if one is close enough: compared without
+    case, ``_`` and ``-``, so that ``bind_adress`` and ``BindAddress`` find ``bindAddress``."""
+
+    def plain(name: str) -> str:
+        return name.casefold().replace("_", "").replace("-", "")
+
+    by_plain = {plain(name): name for name in allowed}
+    match = difflib.get_close_matches(plain(key), list(by_plain), n=1, cutoff=0.6)
+    return by_plain[match[0]] if match else None
+
+
+def _section_keys(loc: tuple[str | int, ...]) -> list[str]:
+    """The keys the file may hold at ``loc`` (the names the docs use: the fields' aliases)."""
+    model: type[BaseModel] = Configuration
+    for part in loc:
+        for name, field in model.model_fields.items():
+            if part in (name, field.alias):
+                annotation = field.annotation
+                if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                    model = annotation
+                    break
+        else:
+            return []
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def key_path(loc: Sequence[str | int]) -> str:
+    """``loc`` as the file's path to the key: ``metrics.auth.enabled``, ``tls.cipherSuites[0]``,
+    and keys that are not plain names in brackets (``controller.groupKindConcurrency[TrainJob.trainer.kubeflow.org]``)."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int) or not re.fullmatch(r"[A-Za-z0-9_-]+", part):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _shown(value: object) -> str:
+    """A value as the message quotes it: YAML's words for a mapping, a list and nothing, else short."""
+    if value is None:
+        return "empty (null)"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}

@@ -102,6 +102,7 @@ def liveness_endpoint(explicit: str | None, health: Health) -> str | None:
 def run(args: argparse.Namespace) -> int:
     from trainer.controller.config import load
     from trainer.controller.operator import Operator, StartupError
+    from trainer.exit_codes import EXIT_USAGE
     from trainer.runtime.framework import PluginConfigError
 
     configure_logging(args.log_format, args.verbose)
@@ -109,8 +110,10 @@ def run(args: argparse.Namespace) -> int:
         config = load(args.config)
         operator = Operator(config=config, namespaces=tuple(args.namespace))
     except (OSError, ValueError, PluginConfigError) as exc:
+        # A ConfigError (a ValueError) is already one paragraph naming the file and each key at
+        # fault (controller/config.py, explain): printed as it is, never as a traceback.
         print(f"trainer run: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
     async def main() -> None:
         stop = asyncio.Event()
