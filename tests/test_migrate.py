@@ -138,11 +138,61 @@ def test_elastic_is_refused_naming_the_field(capsys: Any, monkeypatch: Any) -> N
     assert code == 1
     assert [o["metadata"]["name"] for o in out] == ["other"]  # the others are still converted
     assert "error: PyTorchJob team-a/elastic: spec.elasticPolicy:" in err
+    # The refusal names the way through and its price: what v1 did with elasticPolicy that is lost.
+    assert "--lossy converts it to a fixed number of nodes, the replicas given; lost: " in err
+    for lost in ("minReplicas:maxReplicas", "rdzvBackend", "PET_RDZV_*", "PET_MAX_RESTARTS", "metrics"):
+        assert lost in err, lost
 
     code, out, err = migrate([job], capsys, monkeypatch, "--lossy")
     assert code == 0
     assert [o["metadata"]["name"] for o in out] == ["elastic"]
     assert "Warning: PyTorchJob team-a/elastic: spec.elasticPolicy:" in err
+    assert "(--lossy: a fixed number of nodes, the replicas given; lost: " in err
+
+
+def test_elastic_nproc_per_node_is_carried_under_lossy(capsys: Any, monkeypatch: Any) -> None:
+    """v1 set PET_NPROC_PER_NODE from the deprecated elasticPolicy.nProcPerNode (and did not default
+    nprocPerNode then), but counted it as 1 in WORLD_SIZE: both are kept under --lossy."""
+    job = pytorchjob(workers=2, elasticPolicy={"minReplicas": 1, "maxReplicas": 3, "nProcPerNode": 4})
+    code, out, err = migrate([job], capsys, monkeypatch, "--lossy")
+    assert code == 0, err
+    assert out[0]["spec"]["trainer"]["numProcPerNode"] == 4
+    assert "spec.nprocPerNode" not in err
+    env = env_of(pods(jobset_of(out, capsys, monkeypatch))["node"][1]["spec"]["containers"][0])
+    assert env["PET_NPROC_PER_NODE"] == "4"
+    assert env["WORLD_SIZE"] == "3"  # v1: replicas x nprocPerNode as a number, else x 1
+
+
+@pytest.mark.parametrize("nproc", [None, "auto"])
+def test_nproc_per_node_auto_with_gpus_converts_silently(
+    nproc: str | None, capsys: Any, monkeypatch: Any
+) -> None:
+    """v1 defaulted nprocPerNode to 'auto'; with GPUs on the node v2 sets 'auto' too, so torchrun
+    starts the processes it started under v1 and there is nothing to warn about."""
+    job = pytorchjob(workers=1, nproc=nproc)
+    for rtype in ("Master", "Worker"):
+        [main] = job["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"]
+        main["resources"] = {"limits": {"nvidia.com/gpu": 2, "cpu": "8"}}
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    assert "Warning:" not in err
+    assert "numProcPerNode" not in out[0]["spec"]["trainer"]
+    env = env_of(pods(jobset_of(out, capsys, monkeypatch))["node"][1]["spec"]["containers"][0])
+    assert env["PET_NPROC_PER_NODE"] == "auto"
+    assert env["WORLD_SIZE"] == "2"  # v1 counted 'auto' as 1
+
+
+def test_nproc_per_node_auto_without_gpus_is_said(capsys: Any, monkeypatch: Any) -> None:
+    """Without GPUs torchrun resolved v1's 'auto' to the machine's CPU count, v2 sets the CPUs of
+    resourcesPerNode: a real difference, said with the number v2 uses."""
+    code, out, err = migrate([pytorchjob()], capsys, monkeypatch)  # limits cpu "2", no GPU
+    assert code == 0, err
+    assert (
+        "Warning: PyTorchJob team-a/mnist: spec.nprocPerNode: 'auto' (v1's default): without GPUs "
+        "torchrun resolved it to the machine's CPU count; v2 sets PET_NPROC_PER_NODE to 2 instead"
+    ) in err
+    env = env_of(pods(jobset_of(out, capsys, monkeypatch))["node"][1]["spec"]["containers"][0])
+    assert env["PET_NPROC_PER_NODE"] == "2"
 
 
 @pytest.mark.parametrize("name", ["Mnist", "1mnist", "mnist.v1", "m" * 64])

@@ -133,6 +133,17 @@ def test_paddle_parameter_servers_are_refused(capsys: Any, monkeypatch: Any) -> 
     assert "spec.paddleReplicaSpecs.Master: a PaddleJob with a Master runs in parameter-server mode" in err
 
 
+def test_paddle_port_only_from_the_container_named_paddle(capsys: Any, monkeypatch: Any) -> None:
+    """v1 read PADDLE_MASTER's port from the container named paddle alone and took 36543 for any
+    other, even one declaring a port named master."""
+    main = {**paddle_container(), "name": "trainer"}
+    spec = {"paddleReplicaSpecs": {"Worker": replica(2, "OnFailure", main)}}
+    code, out, err = migrate([v1job("PaddleJob", "renamed", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    env = env_of(pods(jobset_of(out, capsys, monkeypatch))["node"][1]["spec"]["containers"][0])
+    assert env["PADDLE_MASTER"] == "renamed-node-0-0.renamed:36543"
+
+
 # --- sidecars ---
 
 SIDECAR = {
@@ -246,6 +257,44 @@ def test_tfjob_with_a_chief_and_an_evaluator(capsys: Any, monkeypatch: Any) -> N
     assert '"type":"evaluator"' in env_of(evaluator)["TF_CONFIG"]
 
 
+def test_tfjob_tf_config_only_in_a_container_named_tensorflow(capsys: Any, monkeypatch: Any) -> None:
+    """v1 wrote TF_CONFIG into the container named tensorflow alone, and took the default port 2222
+    for the cluster addresses of a replica type whose container is named otherwise."""
+    worker = tensorflow(name="tf", ports=[{"name": "tfjob-port", "containerPort": 3333}])
+    spec = {
+        "tfReplicaSpecs": {"Chief": replica(1, "Never", tensorflow()), "Worker": replica(2, "Never", worker)}
+    }
+    code, out, err = migrate([v1job("TFJob", "renamed", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    assert (
+        "spec.tfReplicaSpecs.Worker.template.spec.containers[tf].env: v1 set TF_CONFIG only in a "
+        "container named 'tensorflow', so this one ran without it"
+    ) in err
+    by_job = pods(jobset_of(out, capsys, monkeypatch))
+    assert "TF_CONFIG" not in env_of(by_job["node"][1]["spec"]["containers"][0])
+    chief = env_of(by_job["chief"][1]["spec"]["containers"][0])["TF_CONFIG"]
+    config = json.loads(chief.replace("$(TF_TASK_INDEX)", "0"))
+    assert config["cluster"]["worker"] == [f"renamed-node-0-{i}.renamed.ml.svc:2222" for i in range(2)]
+
+
+def test_tfjob_a_type_without_replicas_is_an_empty_list(capsys: Any, monkeypatch: Any) -> None:
+    """v1's TF_CONFIG named every replica type of the spec, one of no replicas as []."""
+    spec = {
+        "tfReplicaSpecs": {
+            "Worker": replica(2, "Never", tensorflow()),
+            "Evaluator": replica(0, "Never", tensorflow()),
+        }
+    }
+    code, out, err = migrate([v1job("TFJob", "noeval", spec)], capsys, monkeypatch)
+    assert code == 0, err
+    [(_, pod)] = pods(jobset_of(out, capsys, monkeypatch)).values()
+    config = json.loads(env_of(pod["spec"]["containers"][0])["TF_CONFIG"].replace("$(TF_TASK_INDEX)", "0"))
+    assert config["cluster"] == {
+        "evaluator": [],
+        "worker": [f"noeval-node-0-{i}.noeval.ml.svc:2222" for i in range(2)],
+    }
+
+
 def test_tfjob_parameter_servers_are_refused(capsys: Any, monkeypatch: Any) -> None:
     """training-operator examples/tensorflow/dist-mnist/tf_job_mnist.yaml: 2 PS and 4 Workers."""
     image = {"name": "tensorflow", "image": "registry.example/tf-dist-mnist-test:1.0"}
@@ -346,6 +395,45 @@ def test_mpijob_v1_horovod(capsys: Any, monkeypatch: Any) -> None:
     assert node["resources"] == {"limits": {"cpu": "2", "memory": "4Gi"}}
     assert {"name": "mpi-ssh-auth", "mountPath": "/root/.ssh"} in node["volumeMounts"]
     assert by_job["launcher"][1]["spec"]["containers"][0]["args"][:2] == ["-np", "2"]
+
+
+def test_mpijob_v1_kubexec_env_is_named(capsys: Any, monkeypatch: Any) -> None:
+    """v1 pointed OpenMPI and Intel MPI at its kubectl exec script; the Warning names each variable."""
+    code, _, err = migrate([horovod()], capsys, monkeypatch)
+    assert code == 0, err
+    for name in ("OMPI_MCA_plm_rsh_agent", "I_MPI_HYDRA_BOOTSTRAP=rsh", "I_MPI_HYDRA_BOOTSTRAP_EXEC"):
+        assert name in err, name
+
+
+@pytest.mark.parametrize(
+    "launcher_gpu",
+    [
+        pytest.param("sidecar", id="a-launcher-sidecar-with-a-gpu"),
+        pytest.param("zero", id="a-gpu-limit-of-0"),
+    ],
+)
+def test_mpijob_v1_gpu_launcher_as_v1_decided_it(launcher_gpu: str, capsys: Any, monkeypatch: Any) -> None:
+    """v1 took a Launcher for a GPU one (in the hostfile, NVIDIA_* left alone) when any of its
+    containers had a limit named like a GPU, whatever the count; else it blanked NVIDIA_*."""
+    job = horovod()
+    launcher = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    if launcher_gpu == "sidecar":
+        launcher["containers"].append(
+            {"name": "probe", "image": "p:1", "resources": {"limits": {"nvidia.com/gpu": 1}}}
+        )
+    else:
+        launcher["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = 0
+    code, out, err = migrate([job], capsys, monkeypatch)
+    assert code == 0, err
+    runtime, trainjob = out
+    assert runtime["spec"]["mlPolicy"]["mpi"]["runLauncherAsNode"] is True
+    assert trainjob["spec"]["trainer"]["numNodes"] == 3
+    env = env_of(pods(rendered(out, capsys, monkeypatch)["JobSet"])["launcher"][1]["spec"]["containers"][0])
+    assert "NVIDIA_VISIBLE_DEVICES" not in env and "NVIDIA_DRIVER_CAPABILITIES" not in env
+    # A CPU launcher: blanked, as before.
+    code, out, err = migrate([horovod()], capsys, monkeypatch)
+    env = env_of(pods(rendered(out, capsys, monkeypatch)["JobSet"])["launcher"][1]["spec"]["containers"][0])
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "" and env["NVIDIA_DRIVER_CAPABILITIES"] == ""
 
 
 @pytest.mark.parametrize(

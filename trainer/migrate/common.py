@@ -47,10 +47,13 @@ class Notes:
     def warn(self, path: str, text: str) -> None:
         self.warnings.append(f"{path}: {text}")
 
-    def loss(self, path: str, text: str) -> None:
+    def loss(self, path: str, text: str, lossy: str | None = None) -> None:
+        """A field v2 cannot carry: refused, or with ``--lossy`` a Warning. ``lossy`` says what
+        ``--lossy`` makes of it and what is lost; the refusal then names ``--lossy`` as the way
+        through, so a user learns the price before choosing it."""
         if not self.options.lossy:
-            raise Refusal(path, text)
-        self.warn(path, f"{text} (--lossy: dropped)")
+            raise Refusal(path, text if lossy is None else f"{text}; --lossy converts it to {lossy}")
+        self.warn(path, f"{text} (--lossy: {lossy or 'dropped'})")
 
 
 @dataclass

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.api.quantity import gpu_count
 from trainer.migrate.common import Notes, Options, Result, finish, read_job
 from trainer.migrate.errors import Refusal
 from trainer.migrate.policy import restart_policy, run_policy
@@ -111,7 +110,7 @@ def _convert(job: Obj, options: Options, version: Version) -> Result:
             raise Refusal("spec.sshAuthMountPath", f"{ssh_path!r} is not an absolute path")
     else:
         # v1 put the Launcher in the hostfile when it had a GPU; there was no mount path to set.
-        as_node = gpu_count(launcher_main.get("resources")) > 0
+        as_node = _v1_gpu_launcher(launcher_template)
         ssh_path = DEFAULT_SSH_PATH
     pods = 1 + workers
     lifecycle = run_policy(spec, [launcher_template, worker_template], pods, notes)
@@ -212,6 +211,19 @@ def _convert(job: Obj, options: Options, version: Version) -> Result:
     return finish(job, metadata, name, out_spec, [runtime], notes)
 
 
+def _v1_gpu_launcher(template: Obj) -> bool:
+    """v1's test for a Launcher that runs ranks: any of its containers (not only the first) has a
+    resource limit whose name contains ``gpu``, whatever the count, even 0. The same test decided
+    both whether the Launcher had a hostfile line and whether NVIDIA_* were blanked on it, so
+    migrate applies it as v1 did rather than v2's GPU count."""
+    for container in template["spec"].get("containers") or []:
+        resources = container.get("resources") if isinstance(container, dict) else None
+        limits = resources.get("limits") if isinstance(resources, dict) else None
+        if isinstance(limits, dict) and any("gpu" in str(name) for name in limits):
+            return True
+    return False
+
+
 def _first_container(template: Obj, base: str) -> Obj:
     containers = [x for x in template["spec"].get("containers") or [] if isinstance(x, dict)]
     if not containers:
@@ -260,8 +272,9 @@ def _env(
     else:
         notes.warn(
             "spec",
-            "v1's launcher reached the Workers by kubectl exec (OMPI_MCA_plm_rsh_agent=/etc/mpi/kubexec.sh, "
-            "a kubectl-delivery init container and a <job>-launcher ServiceAccount); v2 uses SSH with a key "
+            "v1's launcher reached the Workers by kubectl exec (OMPI_MCA_plm_rsh_agent and, for Intel MPI, "
+            "I_MPI_HYDRA_BOOTSTRAP=rsh with I_MPI_HYDRA_BOOTSTRAP_EXEC, both /etc/mpi/kubexec.sh; a "
+            "kubectl-delivery init container and a <job>-launcher ServiceAccount); v2 uses SSH with a key "
             f"mounted at {DEFAULT_SSH_PATH}, so none of these is carried",
         )
     if not as_node:  # the launcher runs no ranks, so it is given no GPU

@@ -56,6 +56,7 @@ PADDLE = Framework(
     reserved_env=(),
     env=_env,
     check=_check,
+    port_by_name_only=True,  # v1 took 36543 unless the container named paddle had the port
 )
 
 

@@ -65,8 +65,13 @@ class Framework:
     restart_default: str  # v1's default restartPolicy for the kind
     reserved_env: tuple[str, ...]  # set by the v2 plugin (docs/migration.md)
     env: Callable[[Context], list[Obj]]  # what v1's controller set, with v1's meaning
-    trainer: Callable[[Obj, Notes], Obj] | None = None  # extra trainer fields from the v1 spec
+    # Extra trainer fields from the v1 spec and its training container.
+    trainer: Callable[[Obj, Obj, Notes], Obj] | None = None
     check: Callable[[Obj, Notes], None] | None = None  # kind-specific refusals, before anything
+    # v1 read the port only from the container named ``container`` and used ``default_port`` for
+    # any other (PaddleJob, TFJob). The other kinds' v1 could not start a job whose port it did not
+    # find that way, so a lone container named otherwise has its own port taken.
+    port_by_name_only: bool = False
 
     @property
     def base(self) -> str:
@@ -102,7 +107,7 @@ def convert(job: Obj, options: Options, fw: Framework) -> Result:
     template = without_v1_port(template, container, fw)
     trainer: Obj = {"numNodes": nodes}
     if fw.trainer is not None:
-        trainer.update(fw.trainer(spec, notes))
+        trainer.update(fw.trainer(spec, main, notes))
     context = Context(name, source.namespace, counts, nodes, port, spec, trainer)
     v1_env = fw.env(context)
     env = with_v1_env(user_env(main, fw.reserved_env, f"{base}.spec.containers[{container}]", notes), v1_env)
@@ -245,6 +250,9 @@ def comparable(template: Obj) -> Obj:
 
 
 def v1_port(main: Obj, fw: Framework) -> int:
+    """The port v1 put in its env: the training container's port named as v1 names it."""
+    if fw.port_by_name_only and main.get("name") != fw.container:
+        return fw.default_port
     for port in main.get("ports") or []:
         if isinstance(port, dict) and port.get("name") == fw.port_name and port.get("containerPort"):
             return int(port["containerPort"])

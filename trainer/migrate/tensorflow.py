@@ -2,9 +2,10 @@
 
 v2 has no TensorFlow plugin. A TFJob of Workers, with or without a Chief (MultiWorkerMirrored
 training), becomes one replicated job per v1 replica type (Workers as ``node``, the others by
-their lower-case type), and each pod gets TF_CONFIG as v1 wrote it: every task's address, its own
-type and index (from the Job's completion index), environment "cloud". Parameter servers have
-no place in v2 and are refused (docs/migration.md §tfjob).
+their lower-case type), and each pod's container named tensorflow gets TF_CONFIG as v1 wrote it
+(v1 wrote none into a container named otherwise): every task's address, its own type and index
+(from the Job's completion index), environment "cloud". Parameter servers have no place in v2
+and are refused (docs/migration.md §tfjob).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ TF = Framework(
     restart_default="Never",
     reserved_env=(),
     env=_env,
+    port_by_name_only=True,  # v1 took 2222 unless the container named tensorflow had the port
 )
 
 
@@ -89,11 +91,14 @@ def convert(job: Obj, options: Options) -> Result:
         for rtype in roles
     }
     ports = {rtype: v1_port(mains[rtype], TF) for rtype in roles}
+    # v1 wrote every replica type of the spec, sorted, one with no replicas as an empty list.
     cluster = {
         rtype.lower(): [
             f"{name}-{jobs[rtype]}-0-{i}.{name}.{namespace}.svc:{ports[rtype]}" for i in range(counts[rtype])
         ]
-        for rtype in sorted(roles, key=str.lower)  # v1 wrote the types in sorted order
+        if rtype in jobs
+        else []
+        for rtype in sorted(specs, key=str.lower)
     }
     lifecycle = run_policy(spec, list(templates.values()), total, notes)
     chief = next((rtype for rtype in ("Chief", "Master") if counts.get(rtype)), None)
@@ -106,8 +111,15 @@ def convert(job: Obj, options: Options) -> Result:
         container = str(main.get("name"))
         template = without_v1_port(templates[rtype], container, TF)
         env = user_env(main, (), f"{base}.template.spec.containers[{container}]", notes)
-        if total > 1:  # v1 wrote no TF_CONFIG for a job of one pod
+        # v1 wrote no TF_CONFIG for a job of one pod, nor into a container not named tensorflow.
+        if total > 1 and container == CONTAINER:
             env = with_v1_env(env, _tf_config(cluster, rtype.lower()))
+        elif total > 1:
+            notes.warn(
+                f"{base}.template.spec.containers[{container}].env",
+                f"v1 set TF_CONFIG only in a container named {CONTAINER!r}, so this one ran without it "
+                f"(each pod on its own); it gets none here either (name it {CONTAINER!r} to get it)",
+            )
         restart = restart_policy(
             specs[rtype].get("restartPolicy"), TF.restart_default, f"{base}.restartPolicy", notes
         )
