@@ -605,6 +605,8 @@ class Bench:
         print(f"\n== burst: {n} torch TrainJobs submitted at once ({run.controller.settings})")
         names = [f"burst-{i:05d}" for i in range(n)]
         etcd_before = run.backend.etcd_bytes()
+        # Idle: started, synced and quiet, before any TrainJob (what a cluster without work costs).
+        idle = run.controller.memory_kib("VmRSS") / 1024
         mark = run.mark()
         reconciles0, cpu0 = run.controller.reconciles(), run.controller.cpu_seconds()
         start = time.time()
@@ -670,8 +672,14 @@ class Bench:
         self.target(run, controller, Target(f"writes in {args.steady:.0f} s of steady state", len(writes), 0))
 
         peak, now = run.controller.memory_kib("VmHWM") / 1024, run.controller.memory_kib("VmRSS") / 1024
-        print(f"\n== controller memory with {n} TrainJobs: peak RSS {peak:.1f} MiB, now {now:.1f} MiB")
+        growth = (peak - idle) / n * 1000
+        print(
+            f"\n== controller memory with {n} TrainJobs: idle RSS {idle:.1f} MiB, peak {peak:.1f} MiB, "
+            f"now {now:.1f} MiB; RSS growth per 1,000 TrainJobs {growth:.1f} MiB"
+        )
+        figures.rows["idle RSS"] = f"{idle:.1f} MiB"
         figures.rows["peak RSS"] = f"{peak:.1f} MiB"
+        figures.rows["RSS growth per 1,000 TrainJobs"] = f"{growth:.1f} MiB"
         self.target(
             run, controller, Target(f"peak RSS with {n} TrainJobs", round(peak, 1), TARGET_RSS_MIB, " MiB")
         )

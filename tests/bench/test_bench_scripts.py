@@ -103,6 +103,8 @@ def test_operator_load_on_the_standin() -> None:
         "every JobSet exists",
         "steady state",
         "peak RSS",
+        "idle RSS",
+        "RSS growth per 1,000 TrainJobs",
         "TARGET [stand-in] creation to JobSet p99 at 10/s",
         "TARGET [stand-in] creation to JobSet p99 at 20/s",
         "MPI (DeepSpeed), running",
