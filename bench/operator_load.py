@@ -847,6 +847,48 @@ def side_by_side(all_figures: list[Figures]) -> None:
                 print(f"  FLAG {row}: {a.label} {la:.2f}, {b.label} {lb:.2f}: not a fair pair, run it again")
 
 
+def spread(values: list[float]) -> str:
+    """``median (min to max)`` of several runs' values, or the one value of a single run."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    if len(ordered) == 1:
+        return f"{median:.2f}"
+    return f"{median:.2f} ({ordered[0]:.2f} to {ordered[-1]:.2f})"
+
+
+def paired_summary(runs: list[list[Figures]]) -> None:
+    """Each figure over several runs, as the median with min and max per controller, and the
+    ratio of the first controller's to the second's on each backend, computed within each run
+    (the two ran one after the other on the same machine) and then summarised the same way."""
+    labels = [f.label for f in runs[0]]
+    rows: list[str] = []
+    for figures in (f for run in runs for f in run):
+        rows += [row for row in figures.rows if row not in rows]
+    pairs = []
+    for backend in BACKEND_NAMES.values():
+        group = [i for i, label in enumerate(labels) if label.endswith(f"({backend})")]
+        if len(group) >= 2:
+            pairs.append((group[0], group[1]))
+    print(f"\n== over {len(runs)} paired runs: median (min to max)")
+    width = max((len(r) for r in rows), default=10)
+    header = [*labels, *(f"{labels[a].split(' (')[0]}/{labels[b]}" for a, b in pairs)]
+    print(f"  {'':<{width}}  " + "  ".join(f"{h:>24}" for h in header))
+    for row in rows:
+        cells = []
+        for i in range(len(labels)):
+            values = [v for run in runs if (v := leading_number(run[i].rows.get(row, "-"))) is not None]
+            cells.append(spread(values) if values else "-")
+        for a, b in pairs:
+            ratios = []
+            for run in runs:
+                x, y = leading_number(run[a].rows.get(row, "-")), leading_number(run[b].rows.get(row, "-"))
+                if x is not None and y:
+                    ratios.append(x / y)
+            cells.append(spread(ratios) if ratios else "-")
+        print(f"  {row:<{width}}  " + "  ".join(f"{c:>24}" for c in cells))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", choices=("real", "standin", "both"), default="real")
@@ -873,6 +915,13 @@ def main(argv: list[str] | None = None) -> int:
         "--fast-workers", type=int, default=16, help="our reconcile workers in the fast phase"
     )
     parser.add_argument("--phases", default="burst,rate,fast,states", help="comma-separated phases to run")
+    parser.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="run every controller this many times, alternating, and summarise each figure and ratio "
+        "as the median with min and max of the runs (a ratio within each run's pair)",
+    )
     args = parser.parse_args(argv)
     phases = set(args.phases.split(","))
     backends = ("standin", "real") if args.backend == "both" else (args.backend,)
@@ -882,26 +931,34 @@ def main(argv: list[str] | None = None) -> int:
     print(f"backends: {', '.join(backends)}; controllers: {', '.join(controllers)}")
     print("each controller runs as a user of its own bound to cluster-admin (ours included)")
     report = Report()
-    all_figures: list[Figures] = []
+    runs: list[list[Figures]] = []
     with tempfile.TemporaryDirectory(prefix="trainer-bench-") as tmp:
         bench = Bench(args, report, Path(tmp))
-        for backend in backends:
-            for controller in controllers:
-                name = controller if controller in ("ours", "upstream") else "other"
-                label = f"{name} ({BACKEND_NAMES[backend]})"
-                print(f"\n##### {label}: {controller}")
-                figures = Figures(label)
-                all_figures.append(figures)
-                if "burst" in phases:
-                    bench.burst(backend, controller, figures)
-                if "rate" in phases:
-                    bench.rate(backend, controller, figures, fast=False)
-                if "fast" in phases:
-                    bench.rate(backend, controller, figures, fast=True)
-                if "states" in phases:
-                    bench.states(backend, controller, figures)
-    if len(all_figures) > 1:
-        side_by_side(all_figures)
+        for number in range(1, max(1, args.runs) + 1):
+            all_figures: list[Figures] = []
+            runs.append(all_figures)
+            for backend in backends:
+                for controller in controllers:
+                    name = controller if controller in ("ours", "upstream") else "other"
+                    label = f"{name} ({BACKEND_NAMES[backend]})"
+                    print(
+                        f"\n##### {label}: {controller}"
+                        + (f", run {number} of {args.runs}" if args.runs > 1 else "")
+                    )
+                    figures = Figures(label)
+                    all_figures.append(figures)
+                    if "burst" in phases:
+                        bench.burst(backend, controller, figures)
+                    if "rate" in phases:
+                        bench.rate(backend, controller, figures, fast=False)
+                    if "fast" in phases:
+                        bench.rate(backend, controller, figures, fast=True)
+                    if "states" in phases:
+                        bench.states(backend, controller, figures)
+            if len(all_figures) > 1:
+                side_by_side(all_figures)
+    if len(runs) > 1:
+        paired_summary(runs)
     return report.summary()
 
 

@@ -93,6 +93,28 @@ def test_the_side_by_side_gives_ratios_and_flags_an_unequal_load(capsys: pytest.
     assert "FLAG burst: load average (1 min)" in out
 
 
+def test_paired_runs_give_medians_with_their_range_and_ratios_within_each_pair(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Three runs: each controller's figure is the median of its three, and the ratio is taken
+    within each run before its median, so a run where both were slower does not skew it."""
+    row = "burst: requests per TrainJob"
+    runs = [
+        [
+            operator_load.Figures("ours (real)", {row: f"{a:.2f}"}),
+            operator_load.Figures("upstream (real)", {row: f"{b:.2f}"}),
+        ]
+        for a, b in [(4.0, 5.0), (6.0, 4.0), (5.0, 10.0)]
+    ]
+    operator_load.paired_summary(runs)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.strip().startswith(row))
+    assert "5.00 (4.00 to 6.00)" in line  # ours
+    assert "5.00 (4.00 to 10.00)" in line  # upstream
+    assert line.rstrip().endswith("0.80 (0.50 to 1.50)"), line  # 0.8, 1.5 and 0.5: not 5.00/5.00
+    assert operator_load.spread([2.0]) == "2.00"
+    assert operator_load.spread([1.0, 3.0]) == "2.00 (1.00 to 3.00)"
+
+
 TINY = ("--trainjobs", "5", "--steady", "0.5", "--rate", "10", "--fast-rate", "20", "--rate-count", "5")
 
 
