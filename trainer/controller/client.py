@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import aiohttp
+import orjson
 
 from trainer.api.objects import Obj
 
@@ -160,7 +161,7 @@ def _json_object(text: str) -> Obj | None:
     if not text:
         return {}
     try:
-        value = json.loads(text)
+        value = orjson.loads(text)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

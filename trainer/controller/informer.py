@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import random
 import time
@@ -27,6 +26,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 import aiohttp
+import orjson
 
 from trainer.api.objects import Obj
 from trainer.controller.client import ApiClient, ApiError
@@ -193,7 +193,7 @@ class Reflector:
                     await client.unauthorized(sent)
                 text = await response.text()
                 try:
-                    status: Obj = json.loads(text)
+                    status: Obj = orjson.loads(text)
                 except ValueError:
                     status = {"message": text[:500], "reason": response.reason}
                 raise ApiError(response.status, status)
@@ -208,7 +208,7 @@ class Reflector:
                     start = end + 1
                     if line.strip():
                         received += 1
-                        self._event(json.loads(line))
+                        self._event(orjson.loads(line))
                 del buffer[:start]
                 if len(buffer) > MAX_LINE:
                     raise ValueError(f"a watch event of {self} exceeds {MAX_LINE} bytes")
