@@ -433,8 +433,8 @@ def test_numbers_are_accepted_wherever_a_runtime_takes_a_quantity() -> None:
     stored_pod = stored["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
         "spec"
     ]
-    assert stored_pod["containers"][0]["resources"]["requests"] == {"cpu": "2500m", "memory": "2147483648"}, (
-        "the defaulting webhook writes numbers as quantity strings"
+    assert stored_pod["containers"][0]["resources"]["requests"] == {"cpu": "2500m", "memory": 2**31}, (
+        "the defaulting webhook writes fractions as quantity strings and keeps whole numbers"
     )
     jobset = only(cluster, "JobSet")
     out = rjob(jobset, "node")["template"]["spec"]["template"]["spec"]
@@ -447,20 +447,21 @@ def test_numbers_are_accepted_wherever_a_runtime_takes_a_quantity() -> None:
     assert env(container(jobset, "node"))["PET_NPROC_PER_NODE"] == "3"
 
 
-def test_trainjob_quantity_numbers_become_strings_and_updates_keep_stored_numbers() -> None:
+def test_trainjob_quantity_fractions_become_strings_and_updates_keep_stored_numbers() -> None:
     from trainer.admission.admit import default_object
 
-    job = trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 4, "memory": 1.5e9}}})
+    job = trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 4.5, "memory": 1.5e9}}})
     cluster = render(runtime(ml_policy=TORCH), job)
     requests = only(cluster, "TrainJob")["spec"]["trainer"]["resourcesPerNode"]["requests"]
-    assert requests == {"cpu": "4", "memory": "1500M"}
-    # An object stored before the defaulting webhook existed keeps its numbers on update, so the
-    # schema's immutability rules do not see a change the user never made.
-    stored = trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 4}}})
+    # docs/decisions.md §9: a whole number is stored as written, a fraction as its quantity string.
+    assert requests == {"cpu": "4500m", "memory": 1500000000}
+    # An object stored before the defaulting webhook existed keeps its numbers on update, even a
+    # fraction, so the schema's immutability rules do not see a change the user never made.
+    stored = trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": 0.5}}})
     update = copy.deepcopy(stored)
-    update["spec"]["trainer"]["resourcesPerNode"]["requests"]["memory"] = 1024
+    update["spec"]["trainer"]["resourcesPerNode"]["requests"]["memory"] = 0.25
     default_object(update, stored, "1970-01-01T00:00:00Z")
-    assert update["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": 4, "memory": "1024"}
+    assert update["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": 0.5, "memory": "250m"}
 
 
 def test_runtime_patches_get_the_time_they_last_changed() -> None:
