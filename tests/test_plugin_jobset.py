@@ -356,6 +356,25 @@ def test_missing_runtime_is_retryable_status_and_recovers() -> None:
     assert {o["kind"] for o in recovered.objects} == {"JobSet", "ConfigMap"}
 
 
+def test_missing_runtime_status_names_the_closest_runtime() -> None:
+    """The ReconcileFailed message is the admission's not-found message (one helper): upstream's
+    words, then the closest runtime that exists and the list of them (docs/decisions.md §3)."""
+    tj = trainjob(runtime_name="torch-distributd")
+    outcome = core.render(
+        tj,
+        _facts_with(runtime("torch-distributed", ml_policy=TORCH)),
+        framework.default(),
+        "2026-01-01T00:00:00Z",
+    )
+    (cond,) = outcome.status["conditions"]
+    assert cond["message"] == (
+        "TrainJob resources reconciliation failed: ClusterTrainingRuntime specified in TrainJob is "
+        'not found: clustertrainingruntimes.trainer.kubeflow.org "torch-distributd" not found; '
+        'did you mean "torch-distributed"? ClusterTrainingRuntimes that exist: torch-distributed'
+    )
+    assert outcome.events[0].message == cond["message"]
+
+
 def test_unsupported_runtime_kind_fails_for_good() -> None:
     tj = trainjob(kind="Foo")
     outcome = core.render(tj, Facts(), framework.default(), "2026-01-01T00:00:00Z")

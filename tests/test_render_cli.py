@@ -166,6 +166,38 @@ def test_seed_style_mistakes_get_hints(tmp_path: Path) -> None:
     assert out.returncode == 1 and "spec.runtimeRef.name" in out.stderr
 
 
+def test_a_refusal_is_one_line_per_error_and_the_rules_not_checked_a_note(tmp_path: Path) -> None:
+    """The API server's `<nil>: Invalid value: "null": some validation rules were not checked ...`
+    is no field's reason: render says it once, in plain words, after the object's errors."""
+    tj = trainjob(kind="torch-distributed")
+    del tj["spec"]["runtimeRef"]["name"]
+    tj["spec"]["trainer"] = {"numNodes": "two"}
+    out = run("-f", write(tmp_path, "a.yaml", tj))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.splitlines() == [
+        "TrainJob default/job: spec.runtimeRef.name: Required value: put the runtime's name here, not "
+        'in kind ("torch-distributed"), which must be TrainingRuntime or ClusterTrainingRuntime',
+        'TrainJob default/job: spec.trainer.numNodes: Invalid value: "string": spec.trainer.numNodes in '
+        'body must be of type integer: "string"',
+        "Note: TrainJob default/job: the API server checks the CRD's validation rules only once the "
+        "errors above are corrected; they may find more",
+    ]
+
+
+def test_a_misspelt_runtime_name_gets_the_closest_runtime(tmp_path: Path) -> None:
+    runtimes = [runtime(name, ml_policy=TORCH) for name in ("torch-distributed", "jax-distributed")]
+    tj = trainjob(runtime_name="torch-distributd")
+    out = run("--no-default-runtimes", "-f", write(tmp_path, "a.yaml", *runtimes, tj))
+    assert out.returncode == 1
+    (line,) = out.stderr.splitlines()
+    assert line.startswith('TrainJob default/job: spec.runtimeRef: Invalid value: "torch-distributd": ')
+    assert line.endswith(
+        "specified clusterTrainingRuntime must be created before the TrainJob is created; "
+        'did you mean "torch-distributed"? ClusterTrainingRuntimes that exist: jax-distributed, '
+        "torch-distributed"
+    )
+
+
 def test_unused_kinds_are_ignored_with_a_note(tmp_path: Path) -> None:
     svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}
     out = run("--no-default-runtimes", "-f", write(tmp_path, "s.yaml", svc))

@@ -181,6 +181,25 @@ class TestRequired:
         del obj["spec"]["runtimeRef"]
         assert check(trainjob_schema(), obj) == ["spec.runtimeRef: Required value", NOT_CHECKED]
 
+    def test_not_checked_only_where_the_server_has_a_cel_validator(self) -> None:
+        """kube-apiserver says the rules were not checked only when it has a CEL validator, and it
+        makes one only for rules on a node, its properties, items or additionalProperties: rules
+        inside allOf branches alone get none, so nothing runs and nothing is said."""
+        rule = {"x-kubernetes-validations": [{"rule": "self.a != 'x'", "message": "not x"}]}
+        props = {"a": {"type": "string"}, "b": {"type": "string"}}
+        only_all_of: dict[str, Any] = {
+            "type": "object",
+            "required": ["b"],
+            "properties": props,
+            "allOf": [rule],
+        }
+        assert check(only_all_of, {"a": "x"}) == ["b: Required value"]
+        assert check(only_all_of, {"a": "x", "b": "y"}) == []
+        b_rule = {"x-kubernetes-validations": [{"rule": "self != 'z'", "message": "not z"}]}
+        with_own_rule = {**only_all_of, "properties": {**props, "b": {"type": "string", **b_rule}}}
+        assert check(with_own_rule, {"a": "x"}) == ["b: Required value", NOT_CHECKED]
+        assert check(with_own_rule, {"a": "x", "b": "y"}) == ['<nil>: Invalid value: "object": not x']
+
     def test_required_at_the_root_and_in_map_values(self) -> None:
         schema = {
             "type": "object",

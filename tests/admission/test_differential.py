@@ -486,7 +486,8 @@ def trainjob_updates(base: Obj, key: str) -> list[Case]:
 # --- the two judges -----------------------------------------------------------------------------
 
 ERROR_TYPES = "Invalid value|Required value|Unsupported value|Forbidden|Duplicate value|Too long|Too many|Internal error"
-_WEBHOOK_PATH = re.compile(rf"(?:^|\[|, )([^\s,\[][^\s,]*?): (?:{ERROR_TYPES})")
+# One error a line (controller/webhooks.py); `[a, b]` is how upstream's webhooks join them.
+_WEBHOOK_PATH = re.compile(rf"(?:^|\[|, |\n)([^\s,\[][^\s,]*?): (?:{ERROR_TYPES})")
 
 
 def offline_verdict(obj: Obj, old: Obj | None, facts: Facts, framework: fw.Framework) -> Verdict:

@@ -33,19 +33,21 @@ TRAINJOB: Obj = {
 }
 
 
-async def _review(operator: Operator, obj: Obj) -> Any:
+async def _review(operator: Operator, obj: Obj, plural: str = "trainjobs") -> Any:
     settings = kopf.OperatorSettings()
     registry = operator.registry()
     insights = references.Insights()
     insights.webhook_resources.add(
-        references.Resource(group=c.GROUP, version="v1alpha1", plural="trainjobs", namespaced=True)
+        references.Resource(
+            group=c.GROUP, version="v1alpha1", plural=plural, namespaced=plural != "clustertrainingruntimes"
+        )
     )
     request = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
             "uid": "r-1",
-            "resource": {"group": c.GROUP, "version": "v1alpha1", "resource": "trainjobs"},
+            "resource": {"group": c.GROUP, "version": "v1alpha1", "resource": plural},
             "operation": "CREATE",
             "userInfo": {"username": "someone"},
             "object": obj,
@@ -140,3 +142,61 @@ def test_a_refusal_is_logged_once_naming_the_object(caplog: pytest.LogCaptureFix
     assert line.getMessage().startswith("refused TrainJob default/tj: ")
     assert "no-such-runtime" in line.getMessage()
     assert (line.__dict__["object_uid"], line.__dict__["object_reason"]) == ("u-1", "Refused")
+
+
+def test_a_denial_with_several_errors_has_one_per_line(caplog: pytest.LogCaptureFixture) -> None:
+    """The API server passes the message through after `admission webhook "<name>" denied the
+    request: `, and kubectl prints it as it is: each error on its own line, as `trainer render`
+    prints them, not one `[a, b]` line. The log keeps one line per refusal."""
+    operator = Operator(Configuration())
+    runtime: Obj = {
+        "apiVersion": f"{c.GROUP}/v1alpha1",
+        "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "rt", "uid": "u-2"},
+        "spec": {
+            "template": {
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "node",
+                            "replicas": 2,
+                            "template": {
+                                "metadata": {"labels": {c.ANCESTOR_LABEL: "trainer"}},
+                                "spec": {"template": {"spec": {"containers": [{"name": "trainer"}]}}},
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    with caplog.at_level(logging.INFO, logger="trainer.webhooks"):
+        response = asyncio.run(_review(operator, runtime, "clustertrainingruntimes"))
+    assert response["response"]["allowed"] is False, response
+    job = "spec.template.spec.replicatedJobs[0]"
+    assert response["response"]["status"]["message"].splitlines() == [
+        f"{job}.replicas: Invalid value: 2: always must be 1",
+        f'{job}.template.spec.template.spec.containers: Invalid value: ["trainer"]: must contain the '
+        'required container for the ancestor: trainer, a container named "node"',
+    ]
+    (line,) = [r for r in caplog.records if r.name == "trainer.webhooks"]
+    assert "\n" not in line.getMessage() and "always must be 1; spec.template" in line.getMessage()
+
+
+def test_the_rules_not_checked_error_would_be_a_plain_last_line() -> None:
+    """The webhook never sees it (the API server refuses such an object before calling it), but
+    were admission to return it, the denial would say it once, in plain words, not as `<nil>`."""
+    from trainer.apimachinery.errors import (
+        INVALID,
+        RULES_NOT_CHECKED,
+        RULES_NOT_CHECKED_NOTE,
+        AdmissionError,
+        FieldError,
+        required,
+    )
+    from trainer.controller.webhooks import _admission_message
+
+    refused = AdmissionError(
+        [required("spec.runtimeRef.name"), FieldError("<nil>", INVALID, RULES_NOT_CHECKED, None)]
+    )
+    assert _admission_message(refused) == f"spec.runtimeRef.name: Required value\n{RULES_NOT_CHECKED_NOTE}"

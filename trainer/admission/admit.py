@@ -18,7 +18,7 @@ import enum
 import json
 from typing import Any
 
-from trainer.admission.hints import api_version_hint, hints
+from trainer.admission.hints import Hint, api_version_hint, hints
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.apimachinery import defaulting, formats, object_meta, pruning, schema_validation
@@ -104,23 +104,36 @@ def integral_floats_as_ints(value: Any) -> Any:
     return value
 
 
-def with_hints(errors: list[FieldError], hinted: list[FieldError]) -> list[FieldError]:
-    """``errors`` with each one at a hinted field (or at a parent of one) told what to write.
+def with_hints(errors: list[FieldError], hinted: list[Hint]) -> list[FieldError]:
+    """``errors`` with the ones a hint explains told what to write instead.
 
     The hints (docs/decisions.md §7) reword the refusal of whichever stage refuses first: the field
-    paths stay those the API server and the webhooks name.
+    paths stay those the API server and the webhooks name. An error at the hinted field takes the
+    hint's wording; one at a field the hint has words for (``Hint.elsewhere``) keeps its path,
+    type and value and takes those words; one at another parent of the hinted field gets the
+    hint's words after the rest of the path below it. Each hint is given once, at the first error
+    it explains, so a line never repeats it nor a path.
     """
     if not hinted:
         return errors
     out: list[FieldError] = []
+    unused = list(hinted)
     for error in errors:
-        hint = next((h for h in hinted if h.path == error.path or h.path.startswith(error.path + ".")), None)
-        if hint is None:
-            out.append(error)
-        elif hint.path == error.path:
-            out.append(hint)
+        for hint in unused:
+            if hint.path == error.path:
+                reworded = hint.error
+            elif error.path in hint.elsewhere:
+                reworded = FieldError(error.path, error.type, hint.elsewhere[error.path], error.value)
+            elif hint.path.startswith(error.path + "."):
+                below = hint.path[len(error.path) + 1 :]
+                reworded = FieldError(error.path, error.type, f"{below}: {hint.error.detail}", error.value)
+            else:
+                continue
+            unused.remove(hint)
+            out.append(reworded)
+            break
         else:
-            out.append(FieldError(error.path, hint.type, f"{hint.path}: {hint.detail}", hint.value))
+            out.append(error)
     return out
 
 
@@ -282,13 +295,17 @@ def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) ->
                 # Upstream's words, which read well enough and which users search for.
                 errors.append(invalid(f"{path}.replicas", rjob.get("replicas"), "always must be 1"))
             pod = ((template.get("spec") or {}).get("template") or {}).get("spec") or {}
-            names = {ct.get("name") for ct in pod.get("containers") or []}
-            if _ANCESTOR_CONTAINERS[ancestor] not in names:
+            names = [ct.get("name") for ct in pod.get("containers") or [] if isinstance(ct, dict)]
+            wanted = _ANCESTOR_CONTAINERS[ancestor]
+            if wanted not in names:
+                # Upstream's words name the ancestor only; the container's name is what to write
+                # (the trainer's is "node", not "trainer"), and the value shows the names found.
                 errors.append(
                     invalid(
                         f"{path}.template.spec.template.spec.containers",
-                        "array",
-                        f"must contain the required container for the ancestor: {ancestor}",
+                        [n for n in names if isinstance(n, str)],
+                        f"must contain the required container for the ancestor: {ancestor}, "
+                        f'a container named "{wanted}"',
                     )
                 )
     warnings: list[str] = []
@@ -370,15 +387,11 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
         runtime_obj = lookup_runtime(facts, ref, namespace)
     except RuntimeNotFound as exc:
         which = "trainingRuntime" if ref.get("kind") == c.TRAINING_RUNTIME_KIND else "clusterTrainingRuntime"
-        raise AdmissionError(
-            [
-                invalid(
-                    "spec.runtimeRef",
-                    ref.get("name"),
-                    f"{exc}: specified {which} must be created before the TrainJob is created",
-                )
-            ]
-        ) from exc
+        # Upstream's words first, whole (users search for them), then which runtimes there are.
+        detail = f"{exc.reason}: specified {which} must be created before the TrainJob is created"
+        if exc.suggestion:
+            detail += f"; {exc.suggestion}"
+        raise AdmissionError([invalid("spec.runtimeRef", ref.get("name"), detail)]) from exc
     warnings: list[str] = []
     runtime_meta = runtime_obj.get("metadata") or {}
     if (

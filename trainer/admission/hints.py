@@ -7,9 +7,32 @@ a user what to write instead, so these are checked on the raw object, before the
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.apimachinery.errors import FieldError, invalid
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What to write instead of one mistake, in the words of the refusal it explains.
+
+    ``error`` is the wording for a refusal at the mistaken field itself. A mistake can also be
+    refused at another field: the parent the webhook names (``spec.runtimeRef``, an unsupported
+    runtime) or a sibling the schema names (``spec.runtimeRef.name``, required when the name went
+    into ``kind``). ``elsewhere`` has the hint's words for such a field, written to stand after
+    that field's path, so the line names no path twice (``admit.with_hints``).
+    """
+
+    error: FieldError
+    elsewhere: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def path(self) -> str:
+        return self.error.path
 
 
 def api_version_hint(api_version: str) -> str | None:
@@ -22,12 +45,14 @@ def api_version_hint(api_version: str) -> str | None:
     return None
 
 
-def hints(obj: Obj) -> list[FieldError]:
+def hints(obj: Obj) -> list[Hint]:
+    """The hints for ``obj`` as written, before any stage of admission has changed it."""
     kind = obj.get("kind")
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return []
     errors: list[FieldError] = []
+    runtime_ref: list[Hint] = []
     if kind in c.RUNTIME_KINDS:
         policy = spec.get("mlPolicy")
         if isinstance(policy, dict):
@@ -88,12 +113,18 @@ def hints(obj: Obj) -> list[FieldError]:
                 and kind_value not in c.RUNTIME_KINDS
                 and ("-" in kind_value or kind_value.islower())
             ):
-                errors.append(
-                    invalid(
-                        "spec.runtimeRef.kind",
-                        kind_value,
-                        "kind must be TrainingRuntime or ClusterTrainingRuntime; put the runtime's "
-                        "name in spec.runtimeRef.name",
+                kinds = f"{c.TRAINING_RUNTIME_KIND} or {c.CLUSTER_TRAINING_RUNTIME_KIND}"
+                put_name = "put the runtime's name in spec.runtimeRef.name"
+                runtime_ref.append(
+                    Hint(
+                        invalid("spec.runtimeRef.kind", kind_value, f"must be {kinds}; {put_name}"),
+                        {
+                            # The webhook's refusal: the kind names no supported runtime.
+                            "spec.runtimeRef": f"kind must be {kinds}; {put_name}",
+                            # The schema's, when the name went into kind instead of name.
+                            "spec.runtimeRef.name": f"put the runtime's name here, not in kind "
+                            f"({json.dumps(kind_value)}), which must be {kinds}",
+                        },
                     )
                 )
-    return errors
+    return [Hint(e) for e in errors] + runtime_ref

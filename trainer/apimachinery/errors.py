@@ -7,6 +7,7 @@ server) is a list of these, so a user sees one wording whichever door the object
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,19 @@ TOO_MANY = "Too many"
 INTERNAL = "Internal error"
 
 _OMIT = object()
+
+RULES_NOT_CHECKED = (
+    "some validation rules were not checked because the object was invalid; "
+    "correct the existing errors to complete validation"
+)
+"""kube-apiserver's words for the error it adds, at the nil path, when an earlier error stopped the
+CRD's CEL rules (``schema_validation.validate`` says when)."""
+
+RULES_NOT_CHECKED_NOTE = (
+    "the API server checks the CRD's validation rules only once the errors above are corrected; "
+    "they may find more"
+)
+"""What the ``RULES_NOT_CHECKED`` error means, for a reader of our own output (``refusal_lines``)."""
 
 
 @dataclass(frozen=True)
@@ -108,3 +122,22 @@ class AdmissionError(Exception):
         self.errors = list(errors)
         self.warnings = list(warnings or [])
         super().__init__("; ".join(str(e) for e in self.errors))
+
+
+def is_rules_not_checked(error: FieldError) -> bool:
+    """Whether ``error`` is the API server's note that CEL rules were not run, rather than a reason."""
+    return error.type == INVALID and error.detail == RULES_NOT_CHECKED
+
+
+def refusal_lines(errors: Sequence[FieldError]) -> tuple[list[str], str | None]:
+    """A refusal as we print it to a person: one line per error, and the note (or None).
+
+    The API server adds ``RULES_NOT_CHECKED`` to a refusal as if it were one more error, at
+    ``<nil>`` with the value null: the stand-in API server keeps it, as a client reads the
+    server's answer. In our own output (``trainer render``, our webhook's denial) it is not an
+    error of any field, so it is left out of the error lines and said once, in plain words, after
+    them.
+    """
+    lines = [str(e) for e in errors if not is_rules_not_checked(e)]
+    note = RULES_NOT_CHECKED_NOTE if any(is_rules_not_checked(e) for e in errors) else None
+    return lines, note

@@ -56,6 +56,7 @@ from trainer.apimachinery.errors import (
     FORBIDDEN,
     INVALID,
     REQUIRED,
+    RULES_NOT_CHECKED,
     TOO_LONG,
     TOO_MANY,
     UNSUPPORTED,
@@ -79,10 +80,6 @@ ROOT_PATH: Final = "<nil>"
 """Where Kubernetes reports an error about the whole object (Go's nil field path)."""
 
 _UNSPECIFIED: Final = object()  # a list-map entry without its key (a Go sentinel in apiextensions)
-_NOT_CHECKED: Final = (
-    "some validation rules were not checked because the object was invalid; "
-    "correct the existing errors to complete validation"
-)
 # Error types after which the API server does not run CEL rules (besides "type invalid", which
 # shares its words with Invalid and is tracked by identity instead).
 _BLOCKING: Final = frozenset({REQUIRED, UNSUPPORTED, TOO_LONG, TOO_MANY})
@@ -100,6 +97,17 @@ def validate(
     one (a missing name) stops the CEL rules too.
     Errors come in traversal order (schema property order), grouped as the API server groups
     them: ObjectMeta, OpenAPI, embedded resources, list types, then CEL rules.
+
+    When the CEL rules are not run, and the "not checked" error: kube-apiserver 1.36 (the
+    custom resource strategy's ``Validate`` and ``ValidateUpdate``) has a CEL validator only when
+    the schema has a rule somewhere under its properties, items or additionalProperties (a rule
+    only inside an ``allOf`` branch does not count); without one no rule runs and nothing is
+    added. With one, if any error found before it (ObjectMeta, OpenAPI, embedded resources, list
+    types; on update after ratcheting) is Required, Unsupported, Too long, Too many or a type
+    error, it runs no rule and adds one error instead: ``errors.RULES_NOT_CHECKED`` at ``<nil>``
+    with the value null, whichever fields the rules are on. Otherwise the rules run and it adds
+    nothing. We return that error as the server does, for the stand-in API server's answers;
+    ``errors.refusal_lines`` says it in plain words where we print a refusal ourselves.
     """
     walk = _Walk(path)
     walk.walk(schema, obj, old, path, path, None, True)
@@ -112,10 +120,11 @@ def validate(
         if old_walk.list_errors:
             list_errors = []
     errors += list_errors
+    if not _has_rules(schema):
+        return errors  # no CEL validator: no rule runs, nothing is said about them
     type_invalid = {id(e) for e in walk.type_invalid}
     if any(e.type in _BLOCKING or id(e) in type_invalid for e in errors):
-        if _has_rules(schema):
-            errors.append(FieldError(path or ROOT_PATH, INVALID, _NOT_CHECKED, "null"))
+        errors.append(FieldError(path or ROOT_PATH, INVALID, RULES_NOT_CHECKED, "null"))
     else:
         errors += walk.rule_errors
     return errors
@@ -651,7 +660,11 @@ def _map_list_index(keys: Sequence[str], items: Schema, old: list[Any]) -> dict[
 
 
 def _has_rules(s: Any) -> bool:
-    """Whether a schema has any x-kubernetes-validations (the API server has no CEL validator else)."""
+    """Whether the API server makes a CEL validator for a schema (it has none else, so runs no rule).
+
+    Its test looks for x-kubernetes-validations on the node, its properties, items and
+    additionalProperties only: a schema whose only rules are inside ``allOf`` branches gets none.
+    """
     if not isinstance(s, Mapping):
         return False
     if s.get("x-kubernetes-validations"):
@@ -659,9 +672,7 @@ def _has_rules(s: Any) -> bool:
     props = s.get("properties")
     if props and any(_has_rules(p) for p in props.values()):
         return True
-    if _has_rules(s.get("items")) or _has_rules(s.get("additionalProperties")):
-        return True
-    return any(_has_rules(branch) for branch in s.get("allOf") or ())
+    return _has_rules(s.get("items")) or _has_rules(s.get("additionalProperties"))
 
 
 def _too_many(path: str, actual: int, limit: int) -> FieldError:

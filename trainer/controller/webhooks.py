@@ -16,7 +16,7 @@ from typing import cast
 import kopf
 
 from trainer.api.objects import Obj
-from trainer.apimachinery.errors import AdmissionError
+from trainer.apimachinery.errors import AdmissionError, refusal_lines
 from trainer.controller.cache import Cache
 from trainer.controller.events import object_fields, scrub
 from trainer.controller.reconciler import utc_now
@@ -55,7 +55,7 @@ class Webhooks:
                 obj.get("kind"),
                 meta.get("namespace") or "",
                 meta.get("name") or meta.get("generateName") or "",
-                scrub(message),
+                scrub(message.replace("\n", "; ")),  # one log line per refusal
                 extra=object_fields(obj, "Refused"),
             )
             raise kopf.AdmissionError(message, code=403) from exc
@@ -125,5 +125,15 @@ def _plain(body: kopf.Body) -> Obj:
 
 
 def _admission_message(exc: AdmissionError) -> str:
-    lines = [str(e) for e in exc.errors]
-    return lines[0] if len(lines) == 1 else "[" + ", ".join(lines) + "]"
+    """The denial's message: one error per line, as ``trainer render`` prints them.
+
+    The API server passes a webhook's message through whole, after ``admission webhook "<name>"
+    denied the request: `` (k8s.io/apiserver's webhook ``ToStatusErr``), and kubectl prints it as
+    it is, so each error starts its own line and none is lost in one long ``[a, b]`` line (the form
+    of a Go aggregate error, which upstream's webhooks send). kopf sends a message and a code, no
+    ``details.causes``, so there are no per-error causes to keep in step. The API server's "rules
+    not checked" error, which the webhook never sees (the server refuses the object before
+    calling it), would be said in plain words on a last line (``errors.refusal_lines``).
+    """
+    lines, note = refusal_lines(exc.errors)
+    return "\n".join([*lines, *([note] if note else [])])

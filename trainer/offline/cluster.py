@@ -17,7 +17,7 @@ from pathlib import Path
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.apimachinery.errors import AdmissionError, FieldError, required
+from trainer.apimachinery.errors import AdmissionError, FieldError, refusal_lines, required
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import Facts
 
@@ -57,9 +57,20 @@ class Refusal:
     name: str
     errors: list[FieldError]
 
+    def _where(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}" if self.namespace else f"{self.kind} {self.name}"
+
     def lines(self) -> list[str]:
-        where = f"{self.namespace}/{self.name}" if self.namespace else self.name
-        return [f"{self.kind} {where}: {err}" for err in self.errors]
+        """One ``<Kind> <namespace>/<name>: <field>: <reason>`` line per error (README, render's
+        contract); the API server's "rules not checked" error is no field's reason (``note``)."""
+        lines, _ = refusal_lines(self.errors)
+        return [f"{self._where()}: {line}" for line in lines]
+
+    def note(self) -> str | None:
+        """``Note: <Kind> <namespace>/<name>: ...`` when the errors kept the CRD's CEL rules from
+        running, said once after ``lines`` (``errors.refusal_lines``); None otherwise."""
+        _, note = refusal_lines(self.errors)
+        return f"Note: {self._where()}: {note}" if note else None
 
 
 @dataclass

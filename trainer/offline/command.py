@@ -112,7 +112,8 @@ def run_render(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr)
     if cluster.refusals:
         for refusal in cluster.refusals:
-            for line in refusal.lines():
+            note = refusal.note()
+            for line in [*refusal.lines(), *([note] if note else [])]:
                 print(line, file=sys.stderr)
         return EXIT_REFUSED
     items = cluster.output()

@@ -56,7 +56,43 @@ class Outcome:
 
 
 class RuntimeNotFound(Exception):
-    pass
+    """The runtime a TrainJob names does not exist: upstream's words, then ours on what does.
+
+    ``reason`` is upstream's message (users search for it); ``suggestion`` names the closest
+    existing runtime and lists the runtimes there are, since a misspelt name is the usual cause
+    and the message is where the user looks (the webhook's refusal, the ReconcileFailed condition).
+    """
+
+    def __init__(self, reason: str, suggestion: str = "") -> None:
+        self.reason = reason
+        self.suggestion = suggestion
+        super().__init__(f"{reason}; {suggestion}" if suggestion else reason)
+
+
+# How many runtime names a not-found message lists: enough for a cluster's usual runtimes, short
+# enough for a one-line refusal and a condition message.
+MAX_LISTED_RUNTIMES = 10
+
+
+def runtime_suggestion(name: str, kind: str, existing: list[str], namespace: str | None = None) -> str:
+    """``did you mean "<closest>"?`` (difflib's closest name, if any is close) and the runtimes of
+    ``kind`` that exist: all when at most ``MAX_LISTED_RUNTIMES``, else the closest that many."""
+    import difflib
+
+    where = f' in namespace "{namespace}"' if namespace is not None else ""
+    names = sorted(set(existing))
+    if not names:
+        return f"no {kind}s exist{where}"
+    closest = difflib.get_close_matches(name, names, n=1)
+    listed = names
+    if len(names) > MAX_LISTED_RUNTIMES:
+        ratio = {n: difflib.SequenceMatcher(None, name, n).ratio() for n in names}
+        listed = sorted(sorted(names, key=lambda n: -ratio[n])[:MAX_LISTED_RUNTIMES])
+        which = f"the {len(listed)} closest of the {len(names)} {kind}s that exist{where}"
+    else:
+        which = f"{kind}s that exist{where}"
+    said = f'did you mean "{closest[0]}"? ' if closest else ""
+    return f"{said}{which}: {', '.join(listed)}"
 
 
 def runtime_key(ref: Obj) -> str:
@@ -73,18 +109,30 @@ def lookup_runtime(facts: Facts, ref: Obj, namespace: str) -> Obj:
     if kind == c.TRAINING_RUNTIME_KIND:
         found = facts.get(kind, namespace, name)
         if found is None:
+            existing = [_name_of(o) for o in facts.of_kind(kind) if _namespace_of(o) == namespace]
             raise RuntimeNotFound(
                 f"TrainingRuntime specified in TrainJob is not found: "
-                f'trainingruntimes.{c.GROUP} "{name}" not found in namespace "{namespace}"'
+                f'trainingruntimes.{c.GROUP} "{name}" not found in namespace "{namespace}"',
+                runtime_suggestion(str(name), kind, existing, namespace),
             )
         return found
     found = facts.get(kind, None, name)
     if found is None:
+        existing = [_name_of(o) for o in facts.of_kind(kind)]
         raise RuntimeNotFound(
             f"ClusterTrainingRuntime specified in TrainJob is not found: "
-            f'clustertrainingruntimes.{c.GROUP} "{name}" not found'
+            f'clustertrainingruntimes.{c.GROUP} "{name}" not found',
+            runtime_suggestion(str(name), kind, existing),
         )
     return found
+
+
+def _name_of(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("name") or "")
+
+
+def _namespace_of(obj: Obj) -> str:
+    return str((obj.get("metadata") or {}).get("namespace") or "")
 
 
 def parse_time(value: str) -> datetime:
