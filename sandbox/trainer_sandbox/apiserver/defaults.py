@@ -33,6 +33,11 @@ def pod_spec(spec: dict[str, Any], restart_policy: str = "Always") -> None:
 
 
 def apply(plural: str, group: str, obj: dict[str, Any]) -> None:
+    if plural == "secrets" and not group:
+        # SetDefaults_Secret: `kubectl create secret generic` sends none.
+        if not obj.get("type"):
+            obj["type"] = "Opaque"
+        return
     spec = obj.get("spec")
     if not isinstance(spec, dict):
         return
@@ -59,10 +64,18 @@ def apply(plural: str, group: str, obj: dict[str, Any]) -> None:
         spec.setdefault("replicas", 1)
         spec.setdefault("revisionHistoryLimit", 10)
         spec.setdefault("progressDeadlineSeconds", 600)
-        spec.setdefault(
-            "strategy",
-            {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}},
-        )
+        # kubectl sends "strategy": {} (a struct, never omitted): default inside it, as the
+        # registry does, not only when it is missing.
+        strategy = spec.setdefault("strategy", {})
+        if isinstance(strategy, dict):
+            if not strategy.get("type"):
+                strategy["type"] = "RollingUpdate"
+            if strategy["type"] == "RollingUpdate":
+                rolling = strategy.get("rollingUpdate")
+                if not isinstance(rolling, dict):
+                    rolling = strategy["rollingUpdate"] = {}
+                rolling.setdefault("maxUnavailable", "25%")
+                rolling.setdefault("maxSurge", "25%")
         tmpl = spec.get("template")
         if isinstance(tmpl, dict) and isinstance(tmpl.get("spec"), dict):
             pod_spec(tmpl["spec"])

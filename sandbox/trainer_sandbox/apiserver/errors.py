@@ -127,11 +127,20 @@ def method_not_allowed(
     return APIError(405, "MethodNotAllowed", message)
 
 
-def unsupported_media_type(content_type: str) -> APIError:
+PATCH_MEDIA_TYPES = (
+    "application/json-patch+json",
+    "application/merge-patch+json",
+    "application/apply-patch+yaml",
+)
+
+
+def unsupported_media_type(content_type: str, accepted: tuple[str, ...] = PATCH_MEDIA_TYPES) -> APIError:
+    """A 415 listing the media types the endpoint takes (the real server's message), then what
+    was sent."""
     return APIError(
         415,
         "UnsupportedMediaType",
-        f"the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {content_type})",
+        f"the body of the request was in an unknown format - accepted media types include: {', '.join(accepted)} (got {content_type})",
     )
 
 

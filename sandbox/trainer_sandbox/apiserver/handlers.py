@@ -12,7 +12,7 @@ import yaml
 from aiohttp import web
 
 from trainer.api.objects import Obj
-from trainer_sandbox.apiserver import discovery, errors, patching, table
+from trainer_sandbox.apiserver import discovery, errors, patching, protobuf, table
 from trainer_sandbox.apiserver.core import Core, Ctx
 from trainer_sandbox.apiserver.errors import APIError
 from trainer_sandbox.apiserver.resources import ResourceType
@@ -21,6 +21,8 @@ from trainer_sandbox.apiserver.storage import Event
 
 JSON = "application/json"
 _PATCH_TYPES = (patching.MERGE, patching.JSON_PATCH, patching.STRATEGIC, patching.APPLY, patching.APPLY_CBOR)
+# The media types of the body of a create, an update or a delete the stand-in reads for any kind.
+_BODY_TYPES = (JSON, "application/yaml")
 
 
 def _json_response(data: Any, status: int = 200, warnings: list[str] | None = None) -> web.Response:
@@ -197,10 +199,30 @@ class Handlers:
     async def _not_found(self) -> web.StreamResponse:
         raise APIError(404, "NotFound", "the server could not find the requested resource")
 
-    def _decode_body(self, request: web.Request, body: bytes) -> Any:
+    def _decode_body(self, request: web.Request, rt: ResourceType, body: bytes, delete: bool = False) -> Any:
+        """The body of a create, an update or a delete: JSON, YAML, or, for built-in kinds (and
+        a delete's DeleteOptions, of any kind), protobuf, as client-go sends them, with no JSON
+        fallback on a 415. CBOR stays a 415, on which client-go falls back to JSON."""
         ctype = request.content_type
+        if ctype == protobuf.CONTENT_TYPE and (rt.builtin or delete):
+            if not body:
+                return None
+            try:
+                decoded = protobuf.decode(body)
+            except protobuf.UnsupportedKind as err:
+                raise errors.unsupported_media_type(
+                    f"{ctype}: the stand-in decodes protobuf bodies of the built-in kinds it serves, not {err}",
+                    _BODY_TYPES,
+                ) from None
+            except protobuf.DecodeError as err:
+                raise errors.bad_request(f"error decoding request body: {err}") from None
+            if delete and decoded["kind"] != "DeleteOptions":
+                raise errors.bad_request(f"a delete takes DeleteOptions, not {decoded['kind']}")
+            return decoded
         if "protobuf" in ctype or "cbor" in ctype:
-            raise errors.unsupported_media_type(ctype)
+            raise errors.unsupported_media_type(
+                ctype, (*_BODY_TYPES, protobuf.CONTENT_TYPE) if rt.builtin else _BODY_TYPES
+            )
         if not body:
             return None
         try:
@@ -229,10 +251,10 @@ class Handlers:
         if ctx.verb == "create":
             if ctx.subresource:
                 raise errors.method_not_allowed()
-            obj = await core.create(ctx, self._decode_body(request, body))
+            obj = await core.create(ctx, self._decode_body(request, rt, body))
             return _json_response(obj, ctx.status, ctx.warnings)
         if ctx.verb == "update":
-            obj = await core.update(ctx, self._decode_body(request, body))
+            obj = await core.update(ctx, self._decode_body(request, rt, body))
             return _json_response(obj, 200, ctx.warnings)
         if ctx.verb == "patch":
             ptype = request.content_type
@@ -241,7 +263,7 @@ class Handlers:
             obj = await core.patch(ctx, ptype, body, _truthy(q.get("force")))
             return _json_response(obj, ctx.status, ctx.warnings)
         if ctx.verb in ("delete", "deletecollection"):
-            options = self._decode_body(request, body) or {}
+            options = self._decode_body(request, rt, body, delete=True) or {}
             if not isinstance(options, dict):
                 raise errors.bad_request("DeleteOptions must be an object")
             if q.get("propagationPolicy"):
