@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from backend_plugin import kubeconfig_for, kubectl_program
+from kubectl_json import without_null_creation_timestamps
 from trainer_sandbox import sandbox
 from trainer_sandbox.apiserver import LocalAPIServer
 from trainer_sandbox.backends import Cluster
@@ -457,24 +458,12 @@ def _at(obj: Any, path: str) -> Any:
     return obj
 
 
-def _without_null_creation_timestamps(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {
-            k: _without_null_creation_timestamps(v)
-            for k, v in node.items()
-            if not (k == "creationTimestamp" and v is None)
-        }
-    if isinstance(node, list):
-        return [_without_null_creation_timestamps(v) for v in node]
-    return node
-
-
 def _as_stored_by_kubectl_create(obj: dict[str, Any]) -> dict[str, Any]:
     """What two creates of the same object share: not the uid, resourceVersion and times, not the
     status or what controllers add (a Service's cluster IP, a Deployment's revision). Nor the
     ``creationTimestamp: null`` kubectl's JSON puts in a pod template's metadata: the real server
     drops it, the stand-in's JSON path keeps it (its README lists the difference)."""
-    obj = _without_null_creation_timestamps(obj)
+    obj = without_null_creation_timestamps(obj)
     meta = obj["metadata"]
     for key in ("uid", "resourceVersion", "creationTimestamp"):
         meta.pop(key, None)

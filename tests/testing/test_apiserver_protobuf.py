@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubectl_json import without_null_creation_timestamps
 from trainer_sandbox import gen_k8s_protobuf
 from trainer_sandbox.apiserver import LocalAPIServer, discovery, protobuf
 from trainer_sandbox.apiserver.resources import Registry, builtin_types
@@ -437,18 +438,6 @@ KUBECTL_CREATE = {
 }
 
 
-def _without_null_creation_timestamps(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {
-            k: _without_null_creation_timestamps(v)
-            for k, v in node.items()
-            if not (k == "creationTimestamp" and v is None)
-        }
-    if isinstance(node, list):
-        return [_without_null_creation_timestamps(v) for v in node]
-    return node
-
-
 def _protobuf_kubectls() -> dict[str, str]:
     """The kubectl builds to try, by version: the gcloud SDK's versioned binaries beside PATH's
     kubectl (its dispatcher), 1.32 and later (up to 1.31 kubectl sent these bodies as JSON); else
@@ -492,7 +481,7 @@ def test_decoding_matches_kubectl_json(
     if content_type != protobuf.CONTENT_TYPE and version == "kubectl":
         pytest.skip(f"{user_agent} sends {content_type}, not protobuf")
     assert content_type == protobuf.CONTENT_TYPE
-    assert protobuf.decode(body) == _without_null_creation_timestamps(expected)
+    assert protobuf.decode(body) == without_null_creation_timestamps(expected)
 
 
 # -- the stand-in's endpoints ----------------------------------------------------------------------
