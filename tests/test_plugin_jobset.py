@@ -357,22 +357,23 @@ def test_missing_runtime_is_retryable_status_and_recovers() -> None:
 
 
 def test_missing_runtime_status_names_the_closest_runtime() -> None:
-    """The ReconcileFailed message is the admission's not-found message (one helper): upstream's
-    words, then the closest runtime that exists and the list of them (docs/decisions.md §3)."""
+    """The ReconcileFailed message is upstream's words, then the closest runtime that exists; not
+    the list of them, which would change the status of every failing TrainJob whenever a runtime
+    is added (docs/decisions.md §3). The admission refusal lists them."""
     tj = trainjob(runtime_name="torch-distributd")
-    outcome = core.render(
-        tj,
-        _facts_with(runtime("torch-distributed", ml_policy=TORCH)),
-        framework.default(),
-        "2026-01-01T00:00:00Z",
-    )
+    facts = _facts_with(runtime("torch-distributed", ml_policy=TORCH))
+    outcome = core.render(tj, facts, framework.default(), "2026-01-01T00:00:00Z")
     (cond,) = outcome.status["conditions"]
-    assert cond["message"] == (
+    message = (
         "TrainJob resources reconciliation failed: ClusterTrainingRuntime specified in TrainJob is "
         'not found: clustertrainingruntimes.trainer.kubeflow.org "torch-distributd" not found; '
-        'did you mean "torch-distributed"? ClusterTrainingRuntimes that exist: torch-distributed'
+        'did you mean "torch-distributed"?'
     )
+    assert cond["message"] == message
     assert outcome.events[0].message == cond["message"]
+    facts.put(runtime("jax-distributed", ml_policy=TORCH))
+    again = core.render(tj, facts, framework.default(), "2026-01-01T00:01:00Z")
+    assert again.status["conditions"][0]["message"] == message, "another runtime changes nothing"
 
 
 def test_unsupported_runtime_kind_fails_for_good() -> None:

@@ -389,8 +389,7 @@ def validate_trainjob(trainjob_obj: Obj, old: Obj | None, facts: Facts, framewor
         which = "trainingRuntime" if ref.get("kind") == c.TRAINING_RUNTIME_KIND else "clusterTrainingRuntime"
         # Upstream's words first, whole (users search for them), then which runtimes there are.
         detail = f"{exc.reason}: specified {which} must be created before the TrainJob is created"
-        if exc.suggestion:
-            detail += f"; {exc.suggestion}"
+        detail += f"; {exc.suggestion()}"
         raise AdmissionError([invalid("spec.runtimeRef", ref.get("name"), detail)]) from exc
     warnings: list[str] = []
     runtime_meta = runtime_obj.get("metadata") or {}

@@ -8,6 +8,7 @@ writes the difference; ``trainer render`` calls it with facts read from manifest
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -58,20 +59,47 @@ class Outcome:
 class RuntimeNotFound(Exception):
     """The runtime a TrainJob names does not exist: upstream's words, then ours on what does.
 
-    ``reason`` is upstream's message (users search for it); ``suggestion`` names the closest
-    existing runtime and lists the runtimes there are, since a misspelt name is the usual cause
-    and the message is where the user looks (the webhook's refusal, the ReconcileFailed condition).
+    ``reason`` is upstream's message (users search for it). What exists is looked up only when a
+    message is made (``str()``, ``suggestion()``), never for a lookup whose failure is dropped,
+    as the run policy's is: it scans the facts. The status and its Event carry the closest name
+    alone (``did you mean``), which changes only with a closer runtime, not with every runtime
+    added; the admission refusal lists the runtimes that exist as well.
     """
 
-    def __init__(self, reason: str, suggestion: str = "") -> None:
+    def __init__(
+        self,
+        reason: str,
+        name: str,
+        kind: str,
+        existing: Callable[[], list[str]],
+        namespace: str | None = None,
+    ) -> None:
+        super().__init__(reason)
         self.reason = reason
-        self.suggestion = suggestion
-        super().__init__(f"{reason}; {suggestion}" if suggestion else reason)
+        self.name = name
+        self.kind = kind
+        self.namespace = namespace
+        self._existing = existing
+
+    def __str__(self) -> str:
+        closest = closest_runtime(self.name, self._existing())
+        return f'{self.reason}; did you mean "{closest}"?' if closest else self.reason
+
+    def suggestion(self) -> str:
+        return runtime_suggestion(self.name, self.kind, self._existing(), self.namespace)
 
 
 # How many runtime names a not-found message lists: enough for a cluster's usual runtimes, short
 # enough for a one-line refusal and a condition message.
 MAX_LISTED_RUNTIMES = 10
+
+
+def closest_runtime(name: str, existing: list[str]) -> str | None:
+    """The existing runtime ``name`` most likely misspells (difflib), if one is close enough."""
+    import difflib
+
+    found = difflib.get_close_matches(name, sorted(set(existing)), n=1)
+    return found[0] if found else None
 
 
 def runtime_suggestion(name: str, kind: str, existing: list[str], namespace: str | None = None) -> str:
@@ -83,7 +111,7 @@ def runtime_suggestion(name: str, kind: str, existing: list[str], namespace: str
     names = sorted(set(existing))
     if not names:
         return f"no {kind}s exist{where}"
-    closest = difflib.get_close_matches(name, names, n=1)
+    closest = closest_runtime(name, names)
     listed = names
     if len(names) > MAX_LISTED_RUNTIMES:
         ratio = {n: difflib.SequenceMatcher(None, name, n).ratio() for n in names}
@@ -91,7 +119,7 @@ def runtime_suggestion(name: str, kind: str, existing: list[str], namespace: str
         which = f"the {len(listed)} closest of the {len(names)} {kind}s that exist{where}"
     else:
         which = f"{kind}s that exist{where}"
-    said = f'did you mean "{closest[0]}"? ' if closest else ""
+    said = f'did you mean "{closest}"? ' if closest else ""
     return f"{said}{which}: {', '.join(listed)}"
 
 
@@ -109,20 +137,23 @@ def lookup_runtime(facts: Facts, ref: Obj, namespace: str) -> Obj:
     if kind == c.TRAINING_RUNTIME_KIND:
         found = facts.get(kind, namespace, name)
         if found is None:
-            existing = [_name_of(o) for o in facts.of_kind(kind) if _namespace_of(o) == namespace]
             raise RuntimeNotFound(
                 f"TrainingRuntime specified in TrainJob is not found: "
                 f'trainingruntimes.{c.GROUP} "{name}" not found in namespace "{namespace}"',
-                runtime_suggestion(str(name), kind, existing, namespace),
+                str(name),
+                kind,
+                lambda: [_name_of(o) for o in facts.of_kind(kind) if _namespace_of(o) == namespace],
+                namespace,
             )
         return found
     found = facts.get(kind, None, name)
     if found is None:
-        existing = [_name_of(o) for o in facts.of_kind(kind)]
         raise RuntimeNotFound(
             f"ClusterTrainingRuntime specified in TrainJob is not found: "
             f'clustertrainingruntimes.{c.GROUP} "{name}" not found',
-            runtime_suggestion(str(name), kind, existing),
+            str(name),
+            kind,
+            lambda: [_name_of(o) for o in facts.of_kind(kind)],
         )
     return found
 
