@@ -170,6 +170,23 @@ def test_defaulting_keeps_the_whole_numbers_a_user_wrote_at_quantities() -> None
     assert isinstance(requests["cpu"], int)
 
 
+def test_a_number_sent_again_for_a_quantity_stored_as_a_string_keeps_the_string() -> None:
+    """A TrainJob stored when the webhook still wrote ``cpu: 4`` as ``"4"``: the same manifest
+    applied again sends ``4``. Kept as ``"4"``, the update changes nothing, and spec.trainer's
+    immutability rule does not refuse it; a different amount is still a change."""
+    old = stored(trainjob(trainer={"resourcesPerNode": {"requests": {"cpu": "4", "memory": "1Gi"}}}))
+    again = copy.deepcopy(old)
+    again["spec"]["trainer"]["resourcesPerNode"]["requests"] = {"cpu": 4, "memory": 1073741824}
+    assert verdict(again, Mode.FULL, old) == []
+    facts = Facts()
+    facts.put(copy.deepcopy(RUNTIME))
+    admitted, _ = admit(copy.deepcopy(again), old, facts, fw.default(), NOW)
+    assert admitted["spec"]["trainer"]["resourcesPerNode"]["requests"] == {"cpu": "4", "memory": "1Gi"}
+    changed = copy.deepcopy(old)
+    changed["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] = 5
+    assert verdict(changed, Mode.FULL, old) == ["spec.trainer"]
+
+
 def test_hints_reword_the_refusal_and_keep_its_paths() -> None:
     """docs/decisions.md §7: a hint is the wording of the error the server would give at that field,
     not a refusal of its own (the CEL rules blocked by the type error stay reported)."""

@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any, TypeAlias
 
-from trainer.api.quantity import canonical_quantity, resource_list_canonical
+from trainer.api.quantity import Quantity, canonical_quantity, resource_list_canonical
 from trainer.apimachinery.json_values import json_integer
 
 QUANTITY_PATTERN = (
@@ -117,6 +117,11 @@ def _convert(value: Any, old: Any, numbers_only: bool) -> Any:
     if isinstance(value, bool):
         return value
     is_number = isinstance(value, (int, float))
+    if numbers_only and is_number and isinstance(old, str) and _same_quantity(value, old):
+        # Stored as a string (by a user, or by this webhook before it kept whole numbers): the
+        # same amount sent again as a number keeps the stored form, so re-applying an unchanged
+        # manifest is no change, and no immutability rule sees one.
+        return old
     if numbers_only and (not is_number or json_integer(value) or (type(old) is type(value) and old == value)):
         # Defaulting never rewrites what the schema stores as written: a whole number is an
         # int-or-string's integer, kept as the user set it, so applying the same manifest again
@@ -128,3 +133,10 @@ def _convert(value: Any, old: Any, numbers_only: bool) -> Any:
     with contextlib.suppress(ValueError, OverflowError):
         return canonical_quantity(value)
     return value
+
+
+def _same_quantity(number: int | float, text: str) -> bool:
+    """The same amount, whatever the notation (``1073741824`` and ``"1Gi"``)."""
+    with contextlib.suppress(ValueError, OverflowError):
+        return bool(Quantity.parse(number) == Quantity.parse(text))
+    return False
