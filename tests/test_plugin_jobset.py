@@ -312,8 +312,9 @@ def test_status_from_jobset_conditions_and_jobs() -> None:
     )
     outcome = core.render(tj, facts, framework.default(), "2026-01-02T00:00:00Z")
     assert outcome.status == {
-        # docs/decisions.md §ttl: completed when its JobSet did; no startTime, as this reconcile
-        # is the first to see its Jobs and they have finished.
+        # docs/decisions.md §ttl: completed when its JobSet did; its first report came finished,
+        # so it started no later than that.
+        "startTime": "2026-01-01T00:00:00Z",
         "completionTime": "2026-01-01T00:00:00Z",
         "conditions": [
             {

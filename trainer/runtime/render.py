@@ -315,6 +315,11 @@ def _set_times(status: Obj, *, runs: bool, resumed: bool, now: str) -> None:
     reported = bool(status.get("jobsStatus"))
     if runs and not finished and (resumed or (reported and not status.get("startTime"))):
         status["startTime"] = now
+    elif finished and reported and not status.get("startTime"):
+        # Its first report came finished (it ran while the operator was busy, restarting or
+        # failing over): it started no later than it finished, so completionTime is never earlier.
+        ended = finished_at(status)
+        status["startTime"] = ended if ended is not None and parse_time(ended) < parse_time(now) else now
     complete = cond.find(conditions, c.COND_COMPLETE)
     if complete is not None and complete.get("status") == "True" and not status.get("completionTime"):
         status["completionTime"] = complete.get("lastTransitionTime") or now
