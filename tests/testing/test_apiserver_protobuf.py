@@ -200,6 +200,15 @@ def test_malformed_bodies_are_refused(body: bytes, message: str) -> None:
         protobuf.decode(body)
 
 
+def test_a_map_value_of_the_wrong_wire_type_is_a_decode_error() -> None:
+    """A message-typed map value (a Quantity in a ResourceList) sent as a varint: a 400, not a crash."""
+    limits = ld(num(CORE + "ResourceRequirements", "limits"), ld(1, "cpu") + vi(2, 5))
+    container = ld(1, "c") + ld(num(CORE + "Container", "resources"), limits)
+    pod = ld(2, ld(num(CORE + "PodSpec", "containers"), container))
+    with pytest.raises(protobuf.DecodeError, match="wrong wire type"):
+        protobuf.decode(envelope("v1", "Pod", pod))
+
+
 def test_unknown_kinds_are_named() -> None:
     with pytest.raises(protobuf.UnsupportedKind, match=r"example\.com/v1 Widget"):
         protobuf.decode(envelope("example.com/v1", "Widget", b""))

@@ -82,9 +82,9 @@ class Webhooks:
         patch.fns.append(lambda obj: default_object(cast(Obj, obj), stored, now))
 
     def register(self, registry: kopf.OperatorRegistry) -> None:
-        """A validator and a defaulter for each kind of our API. The defaulters write numbers given
-        for quantities as quantity strings, runtimes included (docs/decisions.md §9), and stamp each
-        TrainJob runtime patch with the time it last changed."""
+        """A validator and a defaulter for each kind of our API. The defaulters write fractions
+        given for quantities as quantity strings and keep whole numbers, runtimes included
+        (docs/decisions.md §9), and stamp each TrainJob runtime patch with the time it last changed."""
 
         # Coroutines: kopf would run a plain function in a thread pool, reading the cache while
         # the loop's watch events (controller/informer.py) change it. kopf passes every handler

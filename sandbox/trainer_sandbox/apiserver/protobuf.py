@@ -1,7 +1,7 @@
 """Protobuf request bodies of built-in kinds, decoded to the JSON the real API server would store.
 
 client-go sends the objects it builds as ``application/vnd.kubernetes.protobuf`` (every ``kubectl
-create <subcommand>``, any typed clientset) and, unlike for CBOR, falls back to JSON on no 415. So
+create <subcommand>``, any typed clientset) and, unlike for CBOR, does not fall back to JSON on a 415. So
 the stand-in reads them: the magic ``k8s\\x00``, then a ``runtime.Unknown`` envelope (``typeMeta``
 with apiVersion and kind, and ``raw``, the kind's own message), decoded from the protobuf wire format
 by the field table ``gen_k8s_protobuf`` derives from Kubernetes' generated.proto files and Go types.
@@ -146,6 +146,8 @@ def _packed(type_name: str, data: bytes) -> list[Any]:
     pos = 0
     while pos < len(data):
         if type_name == "double":
+            if pos + 8 > len(data):
+                raise DecodeError("a packed double runs past its field")
             out.append(struct.unpack("<d", data[pos : pos + 8])[0])
             pos += 8
         else:
@@ -246,7 +248,7 @@ class Decoder:
                     if sub == 1:
                         key = _scalar(f.map[0], sub_wire)
                     elif sub == 2:
-                        value = sub_wire[1] if f.type not in SCALARS else _scalar(f.type, sub_wire)
+                        value = _bytes(sub_wire) if f.type not in SCALARS else _scalar(f.type, sub_wire)
                 entries[key] = value
             elif f.type not in SCALARS:
                 if f.repeated:
