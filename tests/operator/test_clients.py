@@ -200,7 +200,8 @@ def test_kubeflow_sdk_end_to_end(
         logs = "\n".join(client.get_job_logs(name))
         assert "train_mnist" in logs, logs[:500]
     stored = cluster.get(TJ, "TrainJob", name)
-    assert stored["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] == "2", stored["spec"]
+    # docs/decisions.md §9: the SDK's 2.0 is a whole number, stored as the number it is.
+    assert stored["spec"]["trainer"]["resourcesPerNode"]["requests"]["cpu"] == 2, stored["spec"]
     assert conditions(cluster, name)["Complete"][0] == "True"
     client.delete_job(name)
     wait_for(lambda: get_or_none(cluster, TJ, "TrainJob", name) is None, what="TrainJob deleted")

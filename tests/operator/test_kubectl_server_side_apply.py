@@ -126,9 +126,9 @@ def test_examples_apply_server_side_and_a_second_manager_updates_a_trainjob(
             what=f"{name}'s status",
         )
     stored = {name: cluster.get(TJ, "TrainJob", name) for name in examples}
-    # The defaulting webhook made the example's number a quantity string, under the user's apply.
+    # The defaulting webhook keeps the example's whole number as the user applied it (§9).
     mnist_requests = stored["mnist-ddp"]["spec"]["trainer"]["resourcesPerNode"]["requests"]
-    assert mnist_requests["cpu"] == "2"
+    assert mnist_requests["cpu"] == 2
     for name, obj in stored.items():
         managers = _managers(obj)
         assert ("kubectl", "Apply", "") in managers, (name, list(managers))
