@@ -155,7 +155,7 @@ class RealCluster:
     """A real control plane reached through its admin kubeconfig and its audit log file."""
 
     backend = "real"
-    serves_logs = False  # kwok's fake nodes run nothing, and no kubelet answers pods/log
+    serves_logs = True  # kwok's server answers pods/log from the files cluster/podlogs.py writes
 
     def __init__(
         self, kubeconfig: Path, audit_log: Path, *, ca_dir: Path, kubectl: str, namespace: str = "default"

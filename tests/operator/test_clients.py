@@ -196,7 +196,7 @@ def test_kubeflow_sdk_end_to_end(
     )
     job: Any = client.wait_for_job_status(name, timeout=60, polling_interval=1)
     assert job.status == "Complete"
-    if cluster.serves_logs:  # kwok's fake nodes run nothing and serve no logs
+    if cluster.serves_logs:  # the real backend's through kwok (trainer_sandbox.cluster.podlogs)
         logs = "\n".join(client.get_job_logs(name))
         assert "train_mnist" in logs, logs[:500]
     stored = cluster.get(TJ, "TrainJob", name)

@@ -116,8 +116,14 @@ def test_submits_a_trainjob_and_reads_its_steps_and_logs(sandbox: tuple[Cluster,
         time.sleep(0.1)
     assert sorted(s.name for s in job.steps) == ["node-0", "node-1"]
     if cluster.serves_logs:
+        # On kwok the exit is in the log a moment after the status reports it (cluster/podlogs.py).
+        deadline = time.monotonic() + 10
         logs = "\n".join(client.get_job_logs(name))
-        assert "[sandbox] exited with code 0" in logs
+        while "[sandbox] exited with code 0" not in logs and time.monotonic() < deadline:
+            time.sleep(0.1)
+            logs = "\n".join(client.get_job_logs(name))
+        assert "[sandbox] exited with code 0" in logs, logs
+        assert f"[sandbox] pod {cluster.namespace}/" in logs  # node-0's own first line
     assert [j.name for j in client.list_jobs()] == [name]
     client.delete_job(name)
     deadline = time.monotonic() + 30

@@ -1,5 +1,6 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler, kwok (the kubelets of four fake nodes) and the JobSet controller.
+kube-scheduler, kwok (the kubelets of four fake nodes), what their containers print (``podlogs``)
+and the JobSet controller.
 
 It exists so the operator can be tried against the real API machinery (admission, RBAC, the Job
 controller, garbage collection, JobSet's own webhooks and controller) where the in-memory stand-in
@@ -16,6 +17,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -66,6 +68,7 @@ _OWNED = (
     "sa.key",
     "sa.pub",
     "kwok-stages.yaml",
+    "kwok-logs",
     "jobset-config.yaml",
     "audit-policy.yaml",
     "images",
@@ -160,12 +163,15 @@ class ControlPlane:
         timeout: float = COMPONENT_TIMEOUT,
         real_nodes: int = 0,
         trainer_objects: bool = True,
+        pod_logs: bool = True,
     ) -> ControlPlane:
         """Start a fresh cluster in ``directory`` (default ``.cluster`` in the repository) and return
         once every component is healthy; ``echo`` receives one line per component as it is.
         ``real_nodes`` adds that many nodes that run containers (see ``nodepool``; needs root).
         ``trainer_objects=False`` leaves out the trainer CRDs, the default runtimes and the public
         ConfigMap, for an install of the chart (Helm adopts nothing it did not make).
+        ``pod_logs=False`` leaves out the writer of kwok pods' logs (``podlogs``: one object and
+        one file per pod), for benchmarks that count the API server's work per pod.
 
         On any failure everything started so far is stopped before the error propagates.
         """
@@ -173,7 +179,7 @@ class ControlPlane:
         directory = directory.resolve()
         binaries = Path(bin_dir) if bin_dir is not None else build_binaries()
         starter = _Starter(
-            directory, binaries, echo or (lambda _line: None), timeout, real_nodes, trainer_objects
+            directory, binaries, echo or (lambda _line: None), timeout, real_nodes, trainer_objects, pod_logs
         )
         try:
             return starter.run()
@@ -297,8 +303,10 @@ class _Starter:
         timeout: float,
         real_nodes: int = 0,
         trainer_objects: bool = True,
+        pod_logs: bool = True,
     ) -> None:
         self.trainer_objects = trainer_objects
+        self.pod_logs = pod_logs
         self.prepared = False
         self.dir = directory
         self.bin = bin_dir
@@ -341,6 +349,7 @@ class _Starter:
         # Everything read from disk first: a missing module or file fails before anything starts.
         module = install.jobset_module_dir(GO_MODULE)
         jobset_crds = install.jobset_crds(module)
+        kwok_crds = install.kwok_logs_crds(install.module_dir(GO_MODULE, install.KWOK_MODULE))
         other_crds = install.trainer_and_podgroup_crds()
         runtimes = install.runtimes()
         if not self.trainer_objects:  # the chart's to install: only the PodGroup CRDs stay
@@ -364,16 +373,21 @@ class _Starter:
         self._launch("kube-apiserver", self._apiserver_argv(pki))
         self._await("kube-apiserver", lambda: _ok(probe(f"{self.server}/readyz", admin.ctx)))
 
-        # kwok and JobSet need their bindings before they start (a 403 puts an informer into
-        # back-off), JobSet its CRD too; the rest can land while they start.
+        # kwok and JobSet need their bindings and CRDs before they start (a 403 or a 404 puts an
+        # informer into back-off); the rest can land while they start.
         install.create_all(admin, install.cluster_admin_bindings())
+        install.create_all(admin, kwok_crds)
         self._launch("kube-controller-manager", self._controller_manager_argv(pki, kubeconfigs["kcm"]))
         self._launch("kube-scheduler", self._scheduler_argv(pki, kubeconfigs["scheduler"]))
+        install.wait_established(admin, _names(kwok_crds), time.monotonic() + self.timeout)
         self._launch(
             "kwok",
-            self._kwok_argv(kubeconfigs["kwok"]),
+            self._kwok_argv(kubeconfigs["kwok"], pki),
             env=child_env(HOME=str(self.dir / "kwok-home")),  # kwok also reads ~/.kwok/kwok.yaml
         )
+        logs_ready = self.dir / "kwok-logs" / ".listed"
+        if self.pod_logs:
+            self._launch("kwok-logs", self._kwok_logs_argv(pki, logs_ready), binary=sys.executable)
         crds_started = time.monotonic()
         install.create_all(admin, jobset_crds)
         install.wait_established(admin, _names(jobset_crds), time.monotonic() + self.timeout)
@@ -396,9 +410,14 @@ class _Starter:
             lambda: _ok(probe(f"https://127.0.0.1:{self.scheduler_port}/healthz", ca_ctx)),
         )
         self._await(
-            "kwok",
-            lambda: _ok(probe(f"http://127.0.0.1:{self.kwok_port}/healthz")) and install.nodes_ready(admin),
+            "kwok",  # over TLS, as the API server reaches it for logs
+            lambda: (
+                _ok(probe(f"https://127.0.0.1:{self.kwok_port}/healthz", ca_ctx))
+                and install.nodes_ready(admin)
+            ),
         )
+        if self.pod_logs:
+            self._await("kwok-logs", logs_ready.exists)
         self._await("jobset", lambda: self._jobset_ready(admin, module, pki.ca.cert))
 
         deadline = time.monotonic() + self.timeout
@@ -561,20 +580,22 @@ class _Starter:
             "--audit-log-mode=blocking",  # each event is written before its response is sent
             "--audit-log-maxsize=0",
             "--audit-log-maxbackup=0",
+            # Node names are not in any resolver: reach kubelets (kwok's server for its nodes,
+            # 127.0.0.1) by the IP they report. Their serving certificates are not checked (no
+            # --kubelet-certificate-authority): a real node's kubelet makes its own, self-signed.
+            "--kubelet-preferred-address-types=InternalIP",
             *(
                 [
                     f"--kubelet-client-certificate={pki.kubelet_client.cert}",
                     f"--kubelet-client-key={pki.kubelet_client.key}",
-                    # Node names are not in any resolver: reach kubelets by the IP they report.
-                    "--kubelet-preferred-address-types=InternalIP",
-                    # No kube-proxy runs on this host, so a Service's ClusterIP leads nowhere from
-                    # here: call webhooks (and aggregated APIs) at their endpoints' pod IPs, which
-                    # the host routes to the nodes.
-                    "--enable-aggregator-routing=true",
                 ]
-                if self.pool and pki.kubelet_client
+                if pki.kubelet_client
                 else []
             ),
+            # No kube-proxy runs on this host, so a Service's ClusterIP leads nowhere from here:
+            # call webhooks (and aggregated APIs) at their endpoints' pod IPs, which the host
+            # routes to the nodes.
+            *(["--enable-aggregator-routing=true"] if self.pool else []),
         ]
 
     def _controller_manager_argv(self, pki: Pki, kubeconfig: Path) -> list[str]:
@@ -607,7 +628,10 @@ class _Starter:
             "--leader-elect=false",
         ]
 
-    def _kwok_argv(self, kubeconfig: Path) -> list[str]:
+    def _kwok_argv(self, kubeconfig: Path, pki: Pki) -> list[str]:
+        """kwok's server is every fake node's kubelet endpoint: its nodes report 127.0.0.1 and its
+        port (stages.node_stages), and it serves their pods' logs from the files ``Logs`` objects
+        name (``podlogs``), over TLS with a certificate of the cluster's CA."""
         stages = write_stages(self.dir / "kwok-stages.yaml")
         return [
             str(self.bin / "kwok"),
@@ -615,9 +639,27 @@ class _Starter:
             f"--config={stages}",
             f"--manage-nodes-with-annotation-selector={NODE_ANNOTATION}={NODE_ANNOTATION_VALUE}",
             "--cidr=10.244.0.0/16",
-            "--node-ip=10.0.0.1",
+            "--node-ip=127.0.0.1",
+            f"--node-port={self.kwok_port}",
             "--node-lease-duration-seconds=0",
             f"--server-address=127.0.0.1:{self.kwok_port}",
+            f"--tls-cert-file={pki.kwok_serving.cert}",
+            f"--tls-private-key-file={pki.kwok_serving.key}",
+            "--enable-crds=Logs",
+        ]
+
+    def _kwok_logs_argv(self, pki: Pki, ready: Path) -> list[str]:
+        """The writer of the kwok pods' log files, as kwok's own client."""
+        return [
+            sys.executable,
+            "-m",
+            "trainer_sandbox.cluster.podlogs",
+            f"--server={self.server}",
+            f"--ca={pki.ca.cert}",
+            f"--cert={pki.kwok.cert}",
+            f"--key={pki.kwok.key}",
+            f"--dir={self.dir / 'kwok-logs'}",
+            f"--ready={ready}",
         ]
 
     def _jobset_config(self, pki: Pki) -> Path:

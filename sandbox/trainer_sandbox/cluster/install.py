@@ -30,6 +30,7 @@ _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 NODE_COUNT = 4
 NODE_CAPACITY = {"cpu": "64", "memory": "256Gi", "nvidia.com/gpu": "8", "pods": "110"}
 JOBSET_MODULE = "sigs.k8s.io/jobset"
+KWOK_MODULE = "sigs.k8s.io/kwok"
 NOT_READY_TAINT = "node.kubernetes.io/not-ready"
 
 
@@ -153,6 +154,14 @@ def volumes(count: int = VOLUME_COUNT) -> list[Obj]:
         }
         for i in range(count)
     ]
+
+
+def kwok_logs_crds(module: Path) -> list[Obj]:
+    """kwok's ``Logs`` CRD, from the kwok module the binary is built from: kwok, started with
+    ``--enable-crds=Logs``, serves each pod's log from the file its ``Logs`` object names
+    (``podlogs.py`` writes both)."""
+    path = module / "kustomize" / "crd" / "bases" / "kwok.x-k8s.io_logs.yaml"
+    return [d for d in documents(path) if d.get("kind") == "CustomResourceDefinition"]
 
 
 def jobset_crds(module: Path) -> list[Obj]:

@@ -72,6 +72,8 @@ class Pki:
     controller_manager_serving: KeyPair
     scheduler_serving: KeyPair
     jobset_webhook: KeyPair
+    # kwok's server, the kubelet endpoint of every fake node (logs), on loopback.
+    kwok_serving: KeyPair
     sa_key: Path
     sa_pub: Path
     # The API server's identity to kubelets (logs, exec), and, with real nodes, each kubelet's
@@ -230,6 +232,7 @@ def make_pki(
         jobset_webhook=ca.issue(
             "tls", "jobset-webhook", dns=LOCAL_NAMES, ips=LOCAL_IPS, where=directory / "jobset-webhook"
         ),
+        kwok_serving=ca.issue("kwok-serving", "kwok", dns=LOCAL_NAMES, ips=LOCAL_IPS),
         sa_key=sa_key_path,
         sa_pub=sa_pub_path,
         kubelet_client=ca.issue(

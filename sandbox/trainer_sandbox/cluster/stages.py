@@ -299,7 +299,11 @@ def pod_stages() -> list[dict[str, Any]]:
 
 def node_stages() -> list[dict[str, Any]]:
     """Nodes become Ready once and stay so. No heartbeat: the node-lifecycle controller is not
-    running, so nothing would read one, and the audit log stays free of it."""
+    running, so nothing would read one, and the audit log stays free of it.
+
+    Each node reports kwok's address (``--node-ip``) and port (``--node-port``, where kwok's server
+    listens) as its kubelet's, as kwok's own node stages do: the API server reaches a node's kubelet
+    there for ``pods/log``."""
     return [
         _stage(
             "node-initialize",
@@ -325,6 +329,10 @@ conditions:
 addresses:
 - {type: InternalIP, address: {{ NodeIP | Quote }}}
 - {type: Hostname, address: {{ .metadata.name | Quote }}}
+{{- with NodePort }}
+daemonEndpoints:
+  kubeletEndpoint: {Port: {{ . }}}
+{{- end }}
 {{- with .status.allocatable }}
 allocatable: {{ toJson . }}
 {{- end }}
