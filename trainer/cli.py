@@ -125,7 +125,15 @@ def _build_parser() -> argparse.ArgumentParser:
         help="first refresh the vendored Kubernetes sub-schemas from upstream's reference CRDs",
     )
 
-    run = sub.add_parser("run", help="run the operator against the cluster in KUBECONFIG or in-cluster")
+    run = sub.add_parser(
+        "run",
+        help="run the operator against the cluster in KUBECONFIG or in-cluster",
+        description="Run the operator against the cluster in KUBECONFIG or in-cluster. Outside a cluster "
+        "its webhook, metrics and status servers listen on 127.0.0.1 unless --config says otherwise, "
+        "and it registers its admission webhooks itself (ValidatingWebhookConfiguration and "
+        "MutatingWebhookConfiguration trainer.kubeflow.org) when the API server can call them, "
+        "removing them on a clean exit; start-up logs which webhooks are live. See docs/configuration.md.",
+    )
     scope = run.add_mutually_exclusive_group()
     scope.add_argument(
         "-n",

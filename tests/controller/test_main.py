@@ -12,12 +12,20 @@ from trainer.controller.main import RefusalsAreNotErrors, liveness_endpoint
 
 
 def test_liveness_defaults_to_the_configured_health_address_and_name() -> None:
-    assert liveness_endpoint(None, Health()) == "http://0.0.0.0:8081/healthz"
-    assert liveness_endpoint("http://127.0.0.1:9/x", Health()) == "http://127.0.0.1:9/x"
-    assert liveness_endpoint(None, Health(healthProbeBindAddress="")) is None
-    assert liveness_endpoint(None, Health(healthProbeBindAddress="0")) is None
+    assert liveness_endpoint(None, Health(), in_cluster=True) == "http://0.0.0.0:8081/healthz"
+    assert liveness_endpoint("http://127.0.0.1:9/x", Health(), in_cluster=True) == "http://127.0.0.1:9/x"
+    assert liveness_endpoint(None, Health(healthProbeBindAddress=""), in_cluster=True) is None
+    assert liveness_endpoint(None, Health(healthProbeBindAddress="0"), in_cluster=False) is None
     named = Health(healthProbeBindAddress="127.0.0.1:9000", livenessEndpointName="livez")
-    assert liveness_endpoint(None, named) == "http://127.0.0.1:9000/livez"
+    assert liveness_endpoint(None, named, in_cluster=True) == "http://127.0.0.1:9000/livez"
+
+
+def test_outside_a_cluster_an_unset_probe_address_is_loopback_and_a_set_one_is_kept() -> None:
+    """Issue #30: `trainer run` on a laptop or a shared host does not serve on every interface
+    unless the file asks it to."""
+    assert liveness_endpoint(None, Health(), in_cluster=False) == "http://127.0.0.1:8081/healthz"
+    every = Health(healthProbeBindAddress=":8081")
+    assert liveness_endpoint(None, every, in_cluster=False) == "http://0.0.0.0:8081/healthz"
 
 
 @pytest.mark.parametrize(

@@ -95,15 +95,30 @@ class Controller(_Section):
         return parse_duration(self.sync_period)
 
 
+# What a server binds when the file does not say and the operator runs outside a cluster (a
+# kubeconfig's credentials): the machine's own loopback, not every interface of a laptop or a
+# shared host. In a pod, the defaults below (every interface: the Service reaches the pod's IP).
+LOOPBACK = "127.0.0.1"
+
+
 class Webhook(_Section):
     port: int = 9443
+    # Unset: 0.0.0.0 in a pod, 127.0.0.1 outside a cluster (``listen_host``).
     host: str = "0.0.0.0"
     cert_dir: str | None = Field(None, alias="certDir")
-    # Whether the operator writes its own webhook configurations (the sandbox does; the chart ships them).
-    manage_configuration: bool = Field(False, alias="manageConfiguration")
+    # Whether the operator writes its own webhook configurations (controller/webhook_server.py).
+    # Unset: outside a cluster, with the certificate it makes itself, when the API server can call
+    # the webhooks' address, checked; true: always, unchecked (the sandbox); false: never (the
+    # chart ships them).
+    manage_configuration: bool | None = Field(None, alias="manageConfiguration")
     # The address the API server calls when the operator manages the configurations.
     advertise_host: str | None = Field(None, alias="advertiseHost")
     enabled: bool = True
+
+    def listen_host(self, in_cluster: bool) -> str:
+        """The address the webhook server binds: ``host`` as the file gives it, else every
+        interface in a pod and loopback elsewhere."""
+        return self.host if in_cluster or "host" in self.model_fields_set else LOOPBACK
 
 
 class CertManagement(_Section):
@@ -190,6 +205,12 @@ class Metrics(_Section):
     def enabled(self) -> bool:
         return self.bind_address != "0"
 
+    def listen_address(self, in_cluster: bool) -> tuple[str, int]:
+        """Where the metrics server binds: ``bindAddress`` as the file gives it; unset, upstream's
+        ``:8443`` (every interface) in a pod and ``127.0.0.1:8443`` elsewhere."""
+        host, port = split_address(self.bind_address)
+        return (host if in_cluster or "bind_address" in self.model_fields_set else LOOPBACK), port
+
     @property
     def authenticated(self) -> bool:
         return self.secure_serving if self.auth.enabled is None else self.auth.enabled
@@ -205,6 +226,14 @@ class Health(_Section):
     health_probe_bind_address: str = Field(":8081", alias="healthProbeBindAddress")
     readiness_endpoint_name: str = Field("readyz", alias="readinessEndpointName", pattern=_ENDPOINT_NAME)
     liveness_endpoint_name: str = Field("healthz", alias="livenessEndpointName", pattern=_ENDPOINT_NAME)
+
+    def listen_address(self, in_cluster: bool) -> tuple[str, int]:
+        """Where the probes are served: ``healthProbeBindAddress`` as the file gives it; unset,
+        upstream's ``:8081`` (every interface) in a pod and ``127.0.0.1:8081`` elsewhere."""
+        host, port = split_address(self.health_probe_bind_address)
+        return (
+            host if in_cluster or "health_probe_bind_address" in self.model_fields_set else LOOPBACK
+        ), port
 
     @model_validator(mode="after")
     def _two_paths(self) -> Health:
@@ -302,11 +331,17 @@ class StatusServer(_Section):
     (``https://<certManagement.webhookServiceName>.<namespace>.svc:<port>``)."""
 
     port: int = Field(10443, ge=1, le=65535)
+    # Unset: 0.0.0.0 in a pod, 127.0.0.1 outside a cluster (``listen_host``).
     host: str = "0.0.0.0"
     # The server's own API client (TokenReview, pods, the status writes): upstream's defaults.
     qps: float = Field(5.0, gt=0)
     burst: int = Field(10, ge=1)
     advertised_url: str = Field("", alias="advertisedURL", pattern=r"^(https://[^/?#]+)?$")
+
+    def listen_host(self, in_cluster: bool) -> str:
+        """The address the status server binds: ``host`` as the file gives it, else every
+        interface in a pod and loopback elsewhere."""
+        return self.host if in_cluster or "host" in self.model_fields_set else LOOPBACK
 
 
 class Plugins(_Section):
@@ -355,7 +390,7 @@ class Configuration(_Section):
 
     @model_validator(mode="after")
     def _one_certificate_source(self) -> Configuration:
-        if self.cert_management.enable and self.webhook.manage_configuration:
+        if self.cert_management.enable and self.webhook.manage_configuration is True:
             # kopf would write configurations of its own, trusting the serving certificate itself.
             raise ValueError("certManagement.enable and webhook.manageConfiguration exclude each other")
         return self

@@ -86,16 +86,14 @@ class RefusalsAreNotErrors(logging.Filter):
         return True
 
 
-def liveness_endpoint(explicit: str | None, health: Health) -> str | None:
+def liveness_endpoint(explicit: str | None, health: Health, in_cluster: bool) -> str | None:
     """``--liveness`` when given, else the Configuration's health probe address and liveness
-    endpoint name (as upstream)."""
+    endpoint name (as upstream; outside a cluster an unset address is loopback's)."""
     if explicit:
         return explicit
     if health.health_probe_bind_address in ("", "0"):  # upstream's two ways of serving no health probe
         return None
-    from trainer.controller.config import split_address
-
-    host, port = split_address(health.health_probe_bind_address)
+    host, port = health.listen_address(in_cluster)
     return f"http://{host}:{port}/{health.liveness_endpoint_name}"
 
 
@@ -122,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, stop.set)
         await operator.run(
             clusterwide=not args.namespace,
-            liveness_endpoint=liveness_endpoint(args.liveness, config.health),
+            liveness_endpoint=liveness_endpoint(args.liveness, config.health, operator.placed_in_cluster),
             stop_flag=stop,
         )
 

@@ -36,8 +36,8 @@ from trainer.controller import events, tls_options
 from trainer.controller.cache import Cache
 from trainer.controller.certificate_secret import SelfManagedCertificate
 from trainer.controller.client import ApiClient, ApiError
-from trainer.controller.config import Configuration, split_address
-from trainer.controller.credentials import Credentials, CredentialsError
+from trainer.controller.config import Configuration
+from trainer.controller.credentials import Credentials, CredentialsError, from_service_account
 from trainer.controller.informer import Informer
 from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_wait
 from trainer.controller.metrics import CONTROLLER, Metrics
@@ -50,7 +50,7 @@ from trainer.controller.serving import GuardedServer, Limits
 from trainer.controller.status_server import NotServing
 from trainer.controller.status_server import Server as StatusServerApp
 from trainer.controller.tls_certificates import CertificateReloader, write_self_signed
-from trainer.controller.webhook_server import WebhookServer
+from trainer.controller.webhook_server import Registrar, WebhookServer
 from trainer.controller.webhooks import Webhooks
 from trainer.runtime import framework as fw
 
@@ -181,12 +181,26 @@ class Operator:
     webhooks: Webhooks = field(init=False)
     serve_metrics: bool = True
     kubeconfig: str | None = None
+    # Whether the operator runs in a pod (its credentials a ServiceAccount's): the servers then
+    # bind every interface unless told otherwise, and it leaves its webhook configurations to the
+    # chart. None: told by the credentials it will use (running_in_cluster).
+    in_cluster: bool | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     # Made at start-up (or at kopf's login, whichever comes first) and kept fresh for the clients.
     credentials: Credentials | None = field(default=None, init=False)
     running: Running | None = field(default=None, init=False)
     tls: WebhookTLS | None = field(default=None, init=False)  # set by configure() when webhooks are on
     webhook_server: WebhookServer | None = field(default=None, init=False)  # the same
+    # Whether and how this run writes its webhook configurations (controller/webhook_server.py):
+    # made with the webhook server, decided at start-up once the API server's address is known.
+    registrar: Registrar | None = field(default=None, init=False)
+
+    @property
+    def placed_in_cluster(self) -> bool:
+        """``in_cluster``, found out from the credentials' source the first time it is asked."""
+        if self.in_cluster is None:
+            self.in_cluster = running_in_cluster(self.kubeconfig)
+        return self.in_cluster
 
     def __post_init__(self) -> None:
         plugins = self.config.plugins
@@ -221,6 +235,17 @@ class Operator:
         settings.networking.request_timeout = 60
         credentials = self.credentials = self.credentials or await login(self.kubeconfig)
         connection = credentials.info
+        if self.registrar is not None:  # the webhook server, started after start-up, acts on it
+            await self.registrar.decide(
+                connection.server,
+                in_cluster=self.placed_in_cluster,
+                client=lambda: self._observed(ApiClient.from_credentials(credentials, qps=5.0, burst=10)),
+            )
+        elif not self.config.webhook.enabled:
+            logger.info(
+                "webhooks: off (webhook.enabled: false): TrainJobs and runtimes are admitted without "
+                "the operator's validation and defaulting"
+            )
         election = self.config.leader_election
         lease_namespace = election.resource_namespace or connection.default_namespace
         if election.leader_elect and not lease_namespace:
@@ -383,7 +408,7 @@ class Operator:
             ss.TokenReviewAuthenticator(client, self.cache),
             ss.status_writer(client),
             ssl_context=context,
-            host=settings.host,
+            host=settings.listen_host(self.placed_in_cluster),
             port=settings.port,
         )
         await server.start()
@@ -429,7 +454,9 @@ class Operator:
             # A review holds one of a few slots: controller-runtime's 10 s, one retry, then a 500.
             client.timeout, client.retries = 10.0, 1
             auth = MetricsAuth(client)
-        server = self.metrics.server(*split_address(address), ssl_context=context, auth=auth)
+        server = self.metrics.server(
+            *settings.listen_address(self.placed_in_cluster), ssl_context=context, auth=auth
+        )
         try:
             await server.start()
         except OSError as exc:
@@ -532,21 +559,27 @@ class Operator:
                 self_signed = tempfile.TemporaryDirectory(prefix="trainer-webhook-")
                 cert_dir = self_signed.name
             else:
-                self_signed = _self_signed(webhook.advertise_host)
+                # For the address the API server is told to call: advertiseHost, else a specific
+                # bind address (an unspecified one is called at loopback, which it always names).
+                called = webhook.advertise_host or webhook.listen_host(self.placed_in_cluster)
+                self_signed = _self_signed(None if called in ("", "0.0.0.0", "::") else called)
                 cert_dir = self_signed.name
             certfile, pkeyfile = f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"
             self.tls = WebhookTLS(CertificateReloader(certfile, pkeyfile), self_signed)
             self._tls_settings(self.tls.reloader.context)  # the status server and metrics share it
+            # kopf's own configuration manager stays off (settings.admission.managed): the
+            # operator writes its configurations itself, when and as webhook_server.plan says.
+            self.registrar = Registrar(webhook, cert_management=self.config.cert_management.enable)
             settings.admission.server = self.webhook_server = WebhookServer(
-                host=webhook.host,
+                host=webhook.listen_host(self.placed_in_cluster),
                 port=webhook.port,
                 context=self.tls.reloader.context,
                 certfile=certfile,
                 keyfile=pkeyfile,
                 advertise_host=webhook.advertise_host,
+                on_serving=self.registrar.serving,
+                on_stopping=self.registrar.stopping,
             )
-            if webhook.manage_configuration:
-                settings.admission.managed = "trainer.kubeflow.org"
 
     async def run(
         self,
@@ -650,6 +683,17 @@ def _self_signed(advertise_host: str | None, purpose: str = "webhook") -> tempfi
     write_self_signed(Path(directory.name), hosts)
     logger.info("%s: no certificate configured; serving a self-signed one for %s", purpose, hosts)
     return directory
+
+
+def running_in_cluster(kubeconfig: str | None) -> bool:
+    """Whether the operator's credentials will be a pod's ServiceAccount: credentials.source's
+    own rule (an explicit kubeconfig, else the ServiceAccount, else KUBECONFIG)."""
+    if kubeconfig:
+        return False
+    try:
+        return from_service_account() is not None
+    except OSError:  # the token is there and cannot be read: login will say so
+        return True
 
 
 async def login(kubeconfig: str | None = None) -> Credentials:

@@ -245,6 +245,8 @@ controller:
     ClusterTrainingRuntime.trainer.kubeflow.org: {{ $c.controller.groupKindConcurrency.clusterTrainingRuntime | default 1 }}
 webhook:
   enabled: true
+  {{- /* Each bind address is written out, the empty one too: the operator's defaults differ outside a
+  cluster (loopback), so what the pod binds never depends on them. The configurations are the chart's. */}}
   host: {{ $c.webhook.host | default "" | quote }}
   port: {{ $c.webhook.port }}
   certDir: {{ include "trainer.certDir" . }}
@@ -286,6 +288,8 @@ leaderElection:
   retryPeriod: {{ $c.leaderElection.retryPeriod | quote }}
 featureGates: {{ $c.featureGates | toJson }}
 statusServer:
+  {{- /* Every interface of the pod, said here: unset, an operator outside a cluster binds loopback. */}}
+  host: "0.0.0.0"
   port: {{ $c.statusServer.port }}
   qps: {{ $c.statusServer.qps }}
   burst: {{ $c.statusServer.burst }}
