@@ -56,8 +56,12 @@ class Controller(_Section):
     # How often every TrainJob is reconciled though nothing was seen to change (controller-runtime's
     # SyncPeriod, and its default): a Go duration; "0s" turns the resync off.
     sync_period: str = Field("10h", alias="syncPeriod")
+    # Ours (docs/decisions.md §batch): how long a status write that only follows the children's
+    # progress (jobsStatus, startTime) waits, later progress folded into it, as kube's Job
+    # controller batches its pods' updates for 1s; "0s" writes every step as it is seen.
+    progress_batch_period: str = Field("1s", alias="progressBatchPeriod")
 
-    @field_validator("sync_period")
+    @field_validator("sync_period", "progress_batch_period")
     @classmethod
     def _duration(cls, value: str) -> str:
         parse_duration(value)
@@ -93,6 +97,10 @@ class Controller(_Section):
     @property
     def sync_period_seconds(self) -> float:
         return parse_duration(self.sync_period)
+
+    @property
+    def progress_batch_seconds(self) -> float:
+        return parse_duration(self.progress_batch_period)
 
 
 # What a server binds when the file does not say and the operator runs outside a cluster (a

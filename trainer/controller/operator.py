@@ -292,6 +292,7 @@ class Operator:
         reconciler = Reconciler(
             reconciler_client, self.cache, self.framework, self.resources, self.metrics, recorder, self.queue
         )
+        reconciler.progress.seconds = self.config.controller.progress_batch_seconds
         self.running = running = Running(
             credentials,
             client,

@@ -12,6 +12,7 @@ import asyncio
 import enum
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeAlias, assert_never
@@ -23,7 +24,7 @@ from trainer.controller.cache import Cache, TrainJobKey
 from trainer.controller.client import ApiClient, ApiError, Throttled
 from trainer.controller.metrics import CONTROLLER, Metrics, framework_of
 from trainer.controller.resources import Resources
-from trainer.controller.writer import StaleCache, Writer, WriteReport
+from trainer.controller.writer import StaleCache, Writer, WriteReport, status_patch
 from trainer.runtime import conditions as cond
 from trainer.runtime.framework import Framework
 from trainer.runtime.info import controlled_by
@@ -31,6 +32,8 @@ from trainer.runtime.render import Event, Outcome, parse_time, render
 
 logger = logging.getLogger("trainer.controller")
 STATUS_RETRY_SECONDS = 0.5
+# docs/decisions.md §batch: the status fields that only follow the children's progress.
+PROGRESS_FIELDS = frozenset({"jobsStatus", "startTime"})
 
 
 class Next(enum.Enum):
@@ -48,6 +51,33 @@ class After:
 
 
 Requeue: TypeAlias = Next | After
+
+
+class ProgressBatch:
+    """docs/decisions.md §batch: a status write that only follows the children's progress
+    (``PROGRESS_FIELDS``) waits ``seconds``, as kube's Job controller batches its pods' updates:
+    the first such change starts the wait, every later one folds into the one write at its end,
+    and any other change (a condition) writes at once, the progress so far with it."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self.clock = clock
+        self._since: dict[TrainJobKey, float] = {}  # when each waiting TrainJob's wait began
+
+    def held(self, key: TrainJobKey, patch: Obj | None) -> float | None:
+        """Seconds this status patch still waits, or None to write it now."""
+        if self.seconds <= 0 or patch is None or not patch.keys() <= PROGRESS_FIELDS:
+            self._since.pop(key, None)
+            return None
+        now = self.clock()
+        left = self._since.setdefault(key, now) + self.seconds - now
+        if left > 0:
+            return left
+        del self._since[key]
+        return None
+
+    def forget(self, key: TrainJobKey) -> None:
+        self._since.pop(key, None)
 
 
 class WorkQueue:
@@ -162,6 +192,7 @@ class Reconciler:
         self.resources = resources
         self.writer = Writer(client, cache, resources)
         self.queue = queue
+        self.progress = ProgressBatch(0.0)  # docs/decisions.md §batch
         # TrainJob key -> uid of the TrainJob whose JobSet creation was counted: a JobSet
         # re-created for a running TrainJob is not another TrainJob created (nor a sample of the
         # creation-to-JobSet latency).
@@ -230,6 +261,7 @@ class Reconciler:
         trainjob = self.cache.trainjob(key)
         if trainjob is None or trainjob["metadata"].get("deletionTimestamp"):
             self._counted.pop(key, None)
+            self.progress.forget(key)
             return Next.DONE
         outcome = render(trainjob, self.cache, self.framework, utc_now())
         if outcome.skipped:
@@ -250,6 +282,16 @@ class Reconciler:
             # docs/decisions.md §3: objects refused by the API server show on status too.
             write_error = exc
             outcome = _with_write_error(outcome, trainjob, str(exc))
+        held = (
+            None
+            if outcome.expired
+            else self.progress.held(key, status_patch(trainjob.get("status"), outcome.status))
+        )
+        if held is not None:
+            self._tell(trainjob, outcome, report, status_written=False)
+            if write_error is not None or outcome.error is not None:
+                return Next.BACKOFF
+            return After(min(held, outcome.requeue_after if outcome.requeue_after is not None else held))
         try:
             await self.writer.write_status(trainjob, outcome.status, report, wait=False)
         except Throttled:
