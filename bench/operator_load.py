@@ -3,6 +3,7 @@
     .venv/bin/python bench/operator_load.py [--backend real|standin|both] [--controller ours]
         [--controller 'COMMAND {kubeconfig}'] [--trainjobs 1000] [--rate 20] [--fast-rate 100]
         [--rate-count 200] [--steady 60] [--state-count 50] [--phases burst,rate,fast,states]
+        [--scale-counts 1000,3000,10000]
 
 Backends: ``real`` is the control plane built from cluster/ (kube-apiserver, etcd, the
 controller manager, the scheduler, JobSet's controller, kwok's nodes and pods), a fresh one for
@@ -35,6 +36,10 @@ Phases, each group on a fresh server and controller:
    ``--fast-burst``: at two writes per TrainJob the default budget sustains about 25/s).
 4. states: suspended torch TrainJobs, running and suspended MPI ones (``deepspeed-distributed``):
    requests and writes per TrainJob, by verb and resource.
+5. scale (only when named in ``--phases``): the burst's submission at each count of
+   ``--scale-counts`` (1,000, 3,000 and 10,000), each on a fresh server and controller: the
+   controller's CPU per TrainJob and RSS growth per 1,000 TrainJobs at each, and for ours the
+   targets that both stay within 1.2x of their value at the smallest count.
 
 Requests, writes and latencies come from the API server's audit log (on the real control plane
 kube-apiserver's own, its ``requestReceivedTimestamp``): a TrainJob's create to the controller's
@@ -48,6 +53,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import gc
+import itertools
 import json
 import os
 import re
@@ -184,7 +190,8 @@ class Real:
         from trainer_sandbox.backends import RealCluster
         from trainer_sandbox.cluster import ControlPlane, install
 
-        self.plane = ControlPlane.start(tmp / "control-plane")
+        # Without the writer of kwok pods' logs: its object and file per pod are no controller's work.
+        self.plane = ControlPlane.start(tmp / "control-plane", pod_logs=False)
         self.api = RealCluster(
             self.plane.kubeconfig,
             self.plane.audit_log,
@@ -486,6 +493,7 @@ class Tally:
     stored: int = 0
     events: int = 0
     requests: Counter[str] = field(default_factory=Counter)  # by "verb resource[/subresource]"
+    refused: Counter[str] = field(default_factory=Counter)  # of them, answered >= 300: "verb resource code"
     shared: int = 0  # about no TrainJob of the set (watches, lists): not in the total
 
     @property
@@ -500,7 +508,10 @@ def per_trainjob(records: list[AuditRecord], names: set[str]) -> Tally:
         if owner(r) not in names:
             tally.shared += 1
             continue
-        tally.requests[f"{r.verb} {r.resource}{'/' + r.subresource if r.subresource else ''}"] += 1
+        key = f"{r.verb} {r.resource}{'/' + r.subresource if r.subresource else ''}"
+        tally.requests[key] += 1
+        if r.status >= 300:
+            tally.refused[f"{key} {r.status}"] += 1
         if r.resource == "events":
             tally.events += 1
         elif r.verb in WRITE_VERBS:
@@ -513,8 +524,14 @@ def per_trainjob(records: list[AuditRecord], names: set[str]) -> Tally:
 
 
 def requests_line(tally: Tally, n: int) -> str:
-    """Requests per TrainJob by verb and resource, most first."""
-    return ", ".join(f"{key} {count / n:.2f}" for key, count in tally.requests.most_common())
+    """Requests per TrainJob by verb and resource, most first; then those answered with an error
+    (a conflict is a request spent for nothing)."""
+    line = ", ".join(f"{key} {count / n:.2f}" for key, count in tally.requests.most_common())
+    if tally.refused:
+        line += "; answered >= 300: " + ", ".join(
+            f"{key} {count / n:.2f}" for key, count in tally.refused.most_common()
+        )
+    return line
 
 
 def writes_until_jobset(run: Run, names: list[str], since: int) -> list[int]:
@@ -529,6 +546,25 @@ def writes_until_jobset(run: Run, names: list[str], since: int) -> list[int]:
         if name in counts and index <= limit[name] and r.verb in WRITE_VERBS and r.resource != "events":
             counts[name] += 1
     return list(counts.values())
+
+
+def status_write_spread(records: list[AuditRecord], names: set[str]) -> str:
+    """How many status writes each TrainJob got (a distribution), and the seconds between a
+    TrainJob's consecutive ones (quartiles): what batching progress could fold, and could not."""
+    times: dict[str, list[float]] = {}
+    for r in records:
+        if r.subresource == "status" and r.verb in WRITE_VERBS and owner(r) in names:
+            times.setdefault(r.name, []).append(r.time)
+    counts = Counter(len(t) for t in times.values())
+    gaps = sorted(b - a for t in times.values() for a, b in itertools.pairwise(t))
+    quartiles = (
+        ", gaps between them p25 {:.2f} s, p50 {:.2f} s, p75 {:.2f} s".format(
+            *(percentile(gaps, q) for q in (25, 50, 75))
+        )
+        if gaps
+        else ""
+    )
+    return f"{dict(sorted(counts.items()))}{quartiles}"
 
 
 def latency_line(label: str, seconds: list[float]) -> str:
@@ -581,8 +617,11 @@ class Bench:
         return run
 
     def target(self, run: Run, controller: str, target: Target) -> None:
+        self.judge(run.backend.name, controller, target)
+
+    def judge(self, backend: str, controller: str, target: Target) -> None:
         """Targets are ours: another controller's figures are printed, not judged."""
-        target.name = f"[{run.backend.name}] {target.name}"
+        target.name = f"[{backend}] {target.name}"
         if controller == "ours":
             self.report.add(target)
         else:
@@ -653,6 +692,7 @@ class Bench:
             f"all (watches, lists); controller CPU {cpu * 1000 / n:.1f} ms; load average (1 min) {load:.2f}"
         )
         print(f"  by request, per TrainJob: {requests_line(tally, n)}")
+        print(f"  status writes per TrainJob: {status_write_spread(records, set(names))}")
         figures.rows["burst: requests per TrainJob"] = f"{tally.total / n:.2f}"
         figures.rows["burst: writes per TrainJob"] = f"{tally.writes / n:.2f}"
         figures.rows["burst: Events per TrainJob"] = f"{tally.events / n:.2f}"
@@ -689,6 +729,58 @@ class Bench:
                 f"  etcd database: {etcd_before / 2**20:.1f} MiB before, {etcd_after / 2**20:.1f} MiB after"
             )
             figures.rows["etcd database after the burst"] = f"{etcd_after / 2**20:.1f} MiB"
+
+    def scale(self, backend_name: str, controller: str, figures: Figures) -> None:
+        """The burst's submission at each of ``--scale-counts``, each on a fresh server and
+        controller: what a TrainJob costs must not grow with how many there are."""
+        args = self.args
+        counts = sorted({int(x) for x in args.scale_counts.split(",") if x.strip()})
+        print(f"\n== scale: {', '.join(f'{n:,}' for n in counts)} torch TrainJobs submitted at once")
+        cpu_at: dict[int, float] = {}
+        growth_at: dict[int, float] = {}
+        for n in counts:
+            run = self.start(
+                backend_name, controller, pods=n, qps=args.qps, burst=args.burst, workers=args.workers
+            )
+            try:
+                idle = run.controller.memory_kib("VmRSS") / 1024
+                cpu0 = run.controller.cpu_seconds()
+                names = [f"scale-{i:05d}" for i in range(n)]
+                started = time.monotonic()
+                run.backend.submit([trainjob(name) for name in names])
+                done = run.wait_jobsets(names, timeout=max(600.0, n * 0.2))
+                every = time.monotonic() - started
+                run.wait_quiet(3.0, timeout=max(300.0, n * 0.12))
+                cpu = (run.controller.cpu_seconds() - cpu0) * 1000 / n
+                peak = run.controller.memory_kib("VmHWM") / 1024
+                growth = (peak - idle) / n * 1000
+                cpu_at[n], growth_at[n] = cpu, growth
+                made = "every JobSet" if done else f"only {len(run.jobset):,} JobSets"
+                print(
+                    f"  {n:>6,} TrainJobs: {made} after {every:.0f} s; controller CPU per TrainJob "
+                    f"{cpu:.1f} ms; idle RSS {idle:.1f} MiB, peak {peak:.1f} MiB; RSS growth per "
+                    f"1,000 TrainJobs {growth:.1f} MiB; load average (1 min) {os.getloadavg()[0]:.2f}"
+                )
+                figures.rows[f"scale: CPU per TrainJob at {n:,}"] = f"{cpu:.1f} ms"
+                figures.rows[f"scale: RSS growth per 1,000 TrainJobs at {n:,}"] = f"{growth:.1f} MiB"
+            finally:
+                run.stop()
+                del run
+                gc.collect()
+        if len(counts) < 2:
+            return
+        low, high = counts[0], counts[-1]
+        for what, at, unit in (
+            ("CPU per TrainJob", cpu_at, " ms"),
+            ("RSS growth per 1,000 TrainJobs", growth_at, " MiB"),
+        ):
+            target = Target(
+                f"scale: {what} at {high:,} within 1.2x its value at {low:,} ({at[low]:.1f}{unit})",
+                round(at[high], 2),
+                round(1.2 * at[low], 2),
+                unit,
+            )
+            self.judge(BACKEND_NAMES[backend_name], controller, target)
 
     def writes_target(
         self, run: Run, controller: str, figures: Figures, phase: str, counts: list[int]
@@ -914,7 +1006,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fast-workers", type=int, default=16, help="our reconcile workers in the fast phase"
     )
-    parser.add_argument("--phases", default="burst,rate,fast,states", help="comma-separated phases to run")
+    parser.add_argument(
+        "--phases",
+        default="burst,rate,fast,states",
+        help="comma-separated phases to run: burst, rate, fast, states, and scale (not by default: "
+        "it takes most of an hour)",
+    )
+    parser.add_argument(
+        "--scale-counts",
+        default="1000,3000,10000",
+        help="TrainJobs submitted at once in each step of the scale phase",
+    )
     parser.add_argument(
         "--runs",
         type=int,
@@ -955,6 +1057,8 @@ def main(argv: list[str] | None = None) -> int:
                         bench.rate(backend, controller, figures, fast=True)
                     if "states" in phases:
                         bench.states(backend, controller, figures)
+                    if "scale" in phases:
+                        bench.scale(backend, controller, figures)
             if len(all_figures) > 1:
                 side_by_side(all_figures)
     if len(runs) > 1:

@@ -74,7 +74,9 @@ def test_a_write_counts_once_in_the_requests_whatever_its_answer() -> None:
     assert tally.total == 6, "stored writes are a subset of the writes, not more requests"
     assert tally.shared == 2
     assert tally.requests["patch trainjobs/status"] == 2
-    assert operator_load.requests_line(tally, 1).startswith("patch trainjobs/status 2.00")
+    line = operator_load.requests_line(tally, 1)
+    assert line.startswith("patch trainjobs/status 2.00")
+    assert line.endswith("answered >= 300: get configmaps 404 1.00, patch trainjobs/status 409 1.00")
 
 
 def test_the_side_by_side_gives_ratios_and_flags_an_unequal_load(capsys: pytest.CaptureFixture[str]) -> None:
