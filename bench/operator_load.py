@@ -756,6 +756,16 @@ class Bench:
                 growth = (peak - idle) / n * 1000
                 cpu_at[n], growth_at[n] = cpu, growth
                 made = "every JobSet" if done else f"only {len(run.jobset):,} JobSets"
+                # Unfinished work would flatter CPU per TrainJob: a count short of JobSets fails.
+                self.judge(
+                    BACKEND_NAMES[backend_name],
+                    controller,
+                    Target(
+                        f"scale: TrainJobs without a JobSet at {n:,}",
+                        n - sum(x in run.jobset for x in names),
+                        0,
+                    ),
+                )
                 print(
                     f"  {n:>6,} TrainJobs: {made} after {every:.0f} s; controller CPU per TrainJob "
                     f"{cpu:.1f} ms; idle RSS {idle:.1f} MiB, peak {peak:.1f} MiB; RSS growth per "

@@ -144,12 +144,14 @@ class EmbeddedOperator:
         return registry.get_sample_value("trainer_reconcile_total", {"result": "success"}) or 0.0
 
     def idle(self, timeout: float = 10) -> bool:
-        """True once the work queue is empty (no reconcile pending or running)."""
+        """True once the work queue is empty (no reconcile pending or running) and no status
+        write is waiting for progress to settle (controller.progressBatchPeriod)."""
         import time
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.operator.running is not None and self.operator.queue.idle:
+            running = self.operator.running
+            if running is not None and self.operator.queue.idle and not running.reconciler.progress.waiting:
                 return True
             time.sleep(0.05)
         return False

@@ -3,10 +3,22 @@ every other status change is written at once."""
 
 from __future__ import annotations
 
+import asyncio
+from typing import Any
+
 import pytest
 
+from trainer.api.objects import Obj
+from trainer.controller import events
+from trainer.controller import reconciler as reconciler_module
+from trainer.controller.cache import Cache
+from trainer.controller.client import Throttled
 from trainer.controller.config import Configuration
-from trainer.controller.reconciler import ProgressBatch
+from trainer.controller.metrics import Metrics
+from trainer.controller.reconciler import After, Next, ProgressBatch, Reconciler, WorkQueue
+from trainer.controller.resources import Resources
+from trainer.runtime import framework as fw
+from trainer.runtime.render import Outcome
 
 
 class Clock:
@@ -32,6 +44,8 @@ def test_progress_waits_from_its_first_change_and_later_progress_folds_into_one_
     )
     clock.now += 0.6
     assert batch.held(KEY, ACTIVE) is None, "at the end: written"
+    assert batch.held(KEY, ACTIVE) is None, "and until the write is done, not held again"
+    batch.written(KEY)
     assert batch.held(KEY, ZERO) == 1.0, "the next progress waits afresh"
 
 
@@ -41,6 +55,7 @@ def test_a_condition_writes_at_once_and_ends_the_wait() -> None:
     assert batch.held(KEY, ZERO) == 1.0
     complete = {**ACTIVE, "conditions": [{"type": "Complete", "status": "True"}]}
     assert batch.held(KEY, complete) is None
+    batch.written(KEY)
     clock.now += 0.1
     assert batch.held(KEY, ZERO) == 1.0, "the wait began again: the earlier one ended with the write"
 
@@ -65,3 +80,107 @@ def test_the_period_is_configured_as_a_go_duration_defaulting_to_one_second() ->
     assert Configuration().controller.progress_batch_seconds == 1.0
     config = Configuration.model_validate({"controller": {"progressBatchPeriod": "0s"}})
     assert config.controller.progress_batch_seconds == 0.0
+
+
+# --- the reconciler's use of it: a stubbed render core, a client that records status patches ---
+
+
+class StatusClient:
+    """Records each status patch and answers as the API server would; ``throttle`` refuses the
+    next so many for want of budget, as the client does when a write asks not to wait."""
+
+    def __init__(self) -> None:
+        self.patches: list[Obj] = []
+        self.throttle = 0
+
+    async def patch(self, rtype: Any, namespace: str | None, name: str, body: Obj, **kwargs: Any) -> Obj:
+        if self.throttle:
+            self.throttle -= 1
+            raise Throttled()
+        self.patches.append(body["status"])
+        rv = str(len(self.patches) + 1)
+        return {
+            "metadata": {"name": name, "namespace": namespace, "resourceVersion": rv},
+            "status": body["status"],
+        }
+
+
+def _reconciler(
+    monkeypatch: pytest.MonkeyPatch, seconds: float
+) -> tuple[Reconciler, StatusClient, list[Obj]]:
+    """A Reconciler whose render core returns the next status of ``wanted`` (a list the test
+    appends to), for one TrainJob in its cache."""
+    client = StatusClient()
+    cache = Cache()
+    cache.observe(
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "tj", "namespace": "ns", "uid": "u", "resourceVersion": "1"},
+            "spec": {},
+        }
+    )
+    wanted: list[Obj] = []
+    monkeypatch.setattr(reconciler_module, "render", lambda *args: Outcome(status=wanted[-1]))
+    framework = fw.load(fw.PluginConfig())
+    reconciler = Reconciler(
+        client,  # type: ignore[arg-type]
+        cache,
+        framework,
+        Resources.of(framework),
+        Metrics(),
+        events.Recorder(client),  # type: ignore[arg-type]
+        WorkQueue(),
+    )
+    reconciler.progress.seconds = seconds
+    return reconciler, client, wanted
+
+
+def test_progress_seen_within_the_period_is_one_write_and_a_condition_is_written_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> None:
+        reconciler, client, wanted = _reconciler(monkeypatch, 0.3)
+        wanted.append(ZERO)
+        first = await reconciler.reconcile(KEY)
+        assert client.patches == [] and isinstance(first, After) and 0 < first.seconds <= 0.3 + 1e-6
+        wanted.append(ACTIVE)
+        assert isinstance(await reconciler.reconcile(KEY), After), "still within the wait"
+        await asyncio.sleep(0.31)
+        assert await reconciler.reconcile(KEY) is Next.DONE
+        assert client.patches == [ACTIVE], "one write, with the latest progress"
+        done = {**ACTIVE, "conditions": [{"type": "Complete", "status": "True"}]}
+        wanted.append(done)
+        assert await reconciler.reconcile(KEY) is Next.DONE
+        assert client.patches[-1] == {"conditions": done["conditions"]}, "a condition does not wait"
+
+    asyncio.run(scenario())
+
+
+def test_a_write_put_off_by_the_budget_is_retried_without_waiting_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> None:
+        reconciler, client, wanted = _reconciler(monkeypatch, 0.2)
+        wanted.append(ZERO)
+        await reconciler.reconcile(KEY)
+        await asyncio.sleep(0.21)
+        client.throttle = 1
+        retry = await reconciler.reconcile(KEY)
+        assert isinstance(retry, After) and client.patches == []
+        assert reconciler.progress.waiting == 1
+        assert await reconciler.reconcile(KEY) is Next.DONE, "written at once: its wait had run out"
+        assert client.patches == [ZERO] and reconciler.progress.waiting == 0
+
+    asyncio.run(scenario())
+
+
+def test_with_a_zero_period_every_step_is_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def scenario() -> None:
+        reconciler, client, wanted = _reconciler(monkeypatch, 0.0)
+        for status in (ZERO, ACTIVE):
+            wanted.append(status)
+            await reconciler.reconcile(KEY)
+        assert len(client.patches) == 2
+
+    asyncio.run(scenario())

@@ -33,6 +33,7 @@ from trainer.controller.resources import OWN
 from trainer.controller.webhook_server import (
     CONFIGURATION_NAME,
     DELETE_COMMAND,
+    Registrar,
     Registration,
     configurations,
     on_this_machine,
@@ -183,6 +184,16 @@ def test_outside_a_cluster_unset_addresses_bind_loopback_and_set_ones_are_kept()
     assert given.metrics.listen_address(in_cluster=False) == ("0.0.0.0", 9000)
 
 
+def test_outside_a_cluster_an_advertised_address_is_where_the_webhooks_listen() -> None:
+    """The API server is told to call ``advertiseHost``: loopback would never answer it there."""
+    address = Configuration.model_validate({"webhook": {"advertiseHost": "10.1.2.3"}})
+    assert address.webhook.listen_host(in_cluster=False) == "10.1.2.3"
+    name = Configuration.model_validate({"webhook": {"advertiseHost": "operator.example"}})
+    assert name.webhook.listen_host(in_cluster=False) == "0.0.0.0"
+    both = Configuration.model_validate({"webhook": {"advertiseHost": "10.1.2.3", "host": "127.0.0.1"}})
+    assert both.webhook.listen_host(in_cluster=False) == "127.0.0.1", "a host the file gives is kept"
+
+
 def test_the_webhook_server_binds_by_placement_and_kopfs_own_manager_stays_off() -> None:
     for in_cluster, host in ((False, "127.0.0.1"), (True, "0.0.0.0")):
         settings = kopf.OperatorSettings()
@@ -319,3 +330,30 @@ def test_the_probe_believes_a_webhook_not_called_only_after_its_window(
     assert outcome.reached is reached, outcome
     if reached is False:
         assert "x509: unknown authority" in outcome.detail
+
+
+def test_a_registration_written_in_part_is_taken_back(server: LocalAPIServer, tmp_path: Path) -> None:
+    """The validating configuration written, the mutating one refused: the run serves without
+    webhooks and says so, so the one written must not stay live, unchecked, with failurePolicy
+    Fail (nor, after exit, call a closed port)."""
+    credentials = Credentials.of(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+
+    async def scenario() -> None:
+        await credentials.current()
+        client = ApiClient.from_credentials(credentials, qps=100, burst=100)
+        real = client.request
+
+        async def refuse_mutating(method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+            if method == "POST" and path.endswith("/mutatingwebhookconfigurations"):
+                raise ApiError(500, {"reason": "InternalError", "message": "etcd is unhappy"})
+            return await real(method, path, *args, **kwargs)
+
+        client.request = refuse_mutating  # type: ignore[method-assign]
+        registrar = Registrar(Webhook(), cert_management=False)
+        await registrar.decide(server.url, in_cluster=False, client=lambda: client)
+        assert registrar.plan is not None and registrar.plan.register and registrar.plan.check
+        await registrar.serving(URL, CA, lambda: 0)
+        assert written(server) == {}, "the validating configuration written first is gone again"
+        assert registrar.registration is None
+
+    asyncio.run(scenario())

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import ipaddress
 import re
 import ssl
 from collections.abc import Iterable, Sequence
@@ -125,8 +126,16 @@ class Webhook(_Section):
 
     def listen_host(self, in_cluster: bool) -> str:
         """The address the webhook server binds: ``host`` as the file gives it, else every
-        interface in a pod and loopback elsewhere."""
-        return self.host if in_cluster or "host" in self.model_fields_set else LOOPBACK
+        interface in a pod; elsewhere loopback, or the address ``advertiseHost`` names (the API
+        server is told to call it there: every interface when it is a name, not an address)."""
+        if in_cluster or "host" in self.model_fields_set:
+            return self.host
+        if self.advertise_host:
+            try:
+                return str(ipaddress.ip_address(self.advertise_host))
+            except ValueError:
+                return "0.0.0.0"
+        return LOOPBACK
 
 
 class CertManagement(_Section):

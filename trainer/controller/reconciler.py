@@ -65,19 +65,27 @@ class ProgressBatch:
         self._since: dict[TrainJobKey, float] = {}  # when each waiting TrainJob's wait began
 
     def held(self, key: TrainJobKey, patch: Obj | None) -> float | None:
-        """Seconds this status patch still waits, or None to write it now."""
+        """Seconds this status patch still waits, or None to write it now. A wait that has run
+        out stays run out until ``written``: a write the API server refused or the budget put
+        off is retried without waiting again."""
         if self.seconds <= 0 or patch is None or not patch.keys() <= PROGRESS_FIELDS:
-            self._since.pop(key, None)
             return None
         now = self.clock()
         left = self._since.setdefault(key, now) + self.seconds - now
-        if left > 0:
-            return left
-        del self._since[key]
-        return None
+        return left if left > 0 else None
+
+    def written(self, key: TrainJobKey) -> None:
+        """The status was written (or there was nothing to write): the next progress waits afresh."""
+        self._since.pop(key, None)
 
     def forget(self, key: TrainJobKey) -> None:
+        """The TrainJob is gone: a namesake made later waits afresh."""
         self._since.pop(key, None)
+
+    @property
+    def waiting(self) -> int:
+        """How many TrainJobs have a status write waiting (a settled operator has none)."""
+        return len(self._since)
 
 
 class WorkQueue:
@@ -288,12 +296,13 @@ class Reconciler:
             else self.progress.held(key, status_patch(trainjob.get("status"), outcome.status))
         )
         if held is not None:
+            # Back within the wait, whatever else the outcome asks (a failure's backoff can be a
+            # minute): the error is already on status, this write only follows progress.
             self._tell(trainjob, outcome, report, status_written=False)
-            if write_error is not None or outcome.error is not None:
-                return Next.BACKOFF
             return After(min(held, outcome.requeue_after if outcome.requeue_after is not None else held))
         try:
             await self.writer.write_status(trainjob, outcome.status, report, wait=False)
+            self.progress.written(key)
         except Throttled:
             # The budget goes to children first (they unblock jobs); the status is computed
             # again, from then-current facts, when the key comes back.

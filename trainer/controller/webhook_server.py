@@ -68,7 +68,7 @@ class WebhookServer:
     """Serve kopf's admission function at ``https://<host>:<port>/<webhook id>``.
 
     ``on_serving`` and ``on_stopping`` are where the operator registers its webhook
-    configurations and removes them (controller/webhook_registration.py): after the port listens,
+    configurations and removes them (``Registrar`` below): after the port listens,
     so the API server's first call finds it open, and before it closes, so no configuration is
     left calling a closed port by a clean exit. ``calls`` counts the admission requests served:
     the proof that the API server reached the port.
@@ -550,6 +550,9 @@ class Registrar:
                 CONFIGURATION_NAME,
                 exc,
             )
+            # One of the two may have been written before the other failed: not left calling
+            # this port unchecked (or a closed one after exit) with failurePolicy Fail.
+            await self.stopping()
             return
         for left in replaced:
             logger.info(

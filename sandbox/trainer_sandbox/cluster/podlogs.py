@@ -303,16 +303,24 @@ class PodLogs:
         }
         collection = f"{LOGS_API}/namespaces/{state.namespace}/logs"
         try:
-            try:
-                self.api.request("POST", collection, body)
-            except KubeError as e:
-                if e.status != 409:
-                    raise
-                current = self.api.request("GET", f"{collection}/{state.name}")
-                owners = current["metadata"].get("ownerReferences") or []
-                if not any(o.get("uid") == meta["uid"] for o in owners):
-                    body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
-                    self.api.request("PUT", f"{collection}/{state.name}", body)
+            for _ in range(3):  # a namesake's stale object, removed by the collector meanwhile: again
+                body["metadata"].pop("resourceVersion", None)  # a create carries none
+                try:
+                    self.api.request("POST", collection, body)
+                    break
+                except KubeError as e:
+                    if e.status != 409:
+                        raise
+                try:
+                    current = self.api.request("GET", f"{collection}/{state.name}")
+                    owners = current["metadata"].get("ownerReferences") or []
+                    if not any(o.get("uid") == meta["uid"] for o in owners):
+                        body["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+                        self.api.request("PUT", f"{collection}/{state.name}", body)
+                    break
+                except KubeError as e:
+                    if e.status not in (404, 409):
+                        raise
         except KubeError as e:
             if e.status not in (403, 404):
                 raise
