@@ -74,14 +74,17 @@ def test_log_lines_have_rfc3339_times_and_name_their_object(capsys: pytest.Captu
 
     keep, logger = Keep(), logging.getLogger("trainer.trainjob")
     logger.addHandler(keep)
-    level, logger.level = logger.level, logging.INFO  # what `trainer run` sets (configure_logging)
+    # What `trainer run` sets (configure_logging); setLevel, so that an earlier test's cached
+    # "INFO is off" for this logger is dropped (assigning .level keeps logging's cache).
+    level = logger.level
+    logger.setLevel(logging.INFO)
     try:
         recorder = Recorder(client=None, capacity=1)  # type: ignore[arg-type]  # never started: queued only
         recorder.record(trainjob, "Normal", "JobSetCreated", "Created JobSet mnist", post=False)
         recorder.record(trainjob, "Warning", "TrainJobFailed", "key -----BEGIN EC PRIVATE KEY-----abc")
     finally:
         logger.removeHandler(keep)
-        logger.level = level
+        logger.setLevel(level)
     first, second = records
     # A notice logged, not posted (docs/decisions.md §events), leaves the Event queue to the other.
     assert recorder.queue.qsize() == 1 and recorder.dropped == 0
