@@ -221,6 +221,7 @@ FAKE_GO = """
     if "-n" in args:
         if os.environ.get("FAKE_GO_PLAN_FAILS"):
             print("go: example.com/x@v1.0.0: missing go.sum entry", file=sys.stderr)
+            print("cmd/x/main.go:5:2: no required module provides package example.com/y", file=sys.stderr)
             sys.exit(1)
         for i in range(3):
             print(f"go: downloading example.com/mod{{i}} v1.0.{{i}}", file=sys.stderr)
@@ -344,7 +345,9 @@ def test_cluster_build_without_a_plan_counts_what_it_compiled(fake_go: dict[str,
     run = _build({**fake_go, "FAKE_GO_PLAN_FAILS": "1", "FAKE_GO_PACKAGES": "250"})
     assert run.returncode == 0, run.stderr
     lines = run.stderr.splitlines()
-    assert "go: example.com/x@v1.0.0: missing go.sum entry" in lines
+    # Go's messages, each once: a compiler-style one as well as its own "go: " lines.
+    assert lines.count("go: example.com/x@v1.0.0: missing go.sum entry") == 1
+    assert lines.count("cmd/x/main.go:5:2: no required module provides package example.com/y") == 1
     assert "cluster/build: go build -n failed (its messages are above): building without a total" in lines
     counts = [re.match(r"cluster/build: compiled (\d+) packages \(", x) for x in lines]
     # Every hundredth, and the count at the end.
