@@ -164,9 +164,10 @@ def test_an_address_the_api_server_cannot_call_is_not_left_registered(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """The API server told to call an address where nothing listens (as one in a container or a VM
-    calls a loopback that is not this machine's): the probe sees it, and the configurations go."""
+    calls a loopback that is not this machine's): the probe sees it, and the configurations go.
+    The host is given: left unset, the server would listen where it is advertised."""
     port = free_port()
-    process = run(cluster, tmp_path / "op", port, advertiseHost="127.0.0.2")
+    process = run(cluster, tmp_path / "op", port, advertiseHost="127.0.0.2", host="127.0.0.1")
     try:
         process.start()
         line = log_line(process, "not registered: the API server could not call it")
