@@ -4,6 +4,7 @@ module name, as the tests' other top-level helpers."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -86,3 +87,15 @@ def running_pods(cluster: RealCluster, jobset: str) -> int:
         if p["metadata"].get("labels", {}).get("jobset.sigs.k8s.io/jobset-name") == jobset
         and (p.get("status") or {}).get("phase") == "Running"
     )
+
+
+def kubectl(real: RealCluster, *args: str) -> str:
+    """kubectl of the server's version, in the test's namespace; fails with its stderr."""
+    done = subprocess.run(
+        [real.kubectl, "--kubeconfig", str(real.kubeconfig), "-n", real.namespace, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout

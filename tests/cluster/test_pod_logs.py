@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import re
 import ssl
-import subprocess
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
+from cluster_helpers import kubectl, wait_for
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from trainer_sandbox.backends import Cluster, RealCluster
@@ -28,30 +27,7 @@ from trainer_sandbox.sandbox import local_apiserver
 pytestmark = pytest.mark.slow
 
 Obj = dict[str, Any]
-T = TypeVar("T")
 EXIT_CODE = 3
-
-
-def wait_for(what: str, check: Callable[[], T | None], timeout: float = 60.0) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
-
-
-def kubectl(real: RealCluster, *args: str) -> str:
-    done = subprocess.run(
-        [real.kubectl, "--kubeconfig", str(real.kubeconfig), "-n", real.namespace, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def env(**values: str) -> list[Obj]:
@@ -131,7 +107,8 @@ def test_a_job_logs_the_same_lines_on_the_stand_in_and_on_kwok(real: RealCluster
         logs = {}
         for name, cluster in backends.items():
             pod = wait_for(
-                f"the failed pod on the {name} backend", lambda c=cluster: _failed_pod(c, real.namespace)
+                what=f"the failed pod on the {name} backend",
+                check=lambda c=cluster: _failed_pod(c, real.namespace),
             )
             (status,) = pod["status"]["containerStatuses"]
             assert status["state"]["terminated"]["exitCode"] == EXIT_CODE
@@ -144,7 +121,7 @@ def test_a_job_logs_the_same_lines_on_the_stand_in_and_on_kwok(real: RealCluster
                 return text if text.rstrip("\n").endswith(f"exited with code {EXIT_CODE}") else None
 
             # kwok reports the exit before podlogs has written it; a real runtime writes it first.
-            text = wait_for(f"the exit in the {name} pod's log", ended, timeout=10)
+            text = wait_for(what=f"the exit in the {name} pod's log", check=ended, timeout=10)
             assert "echo one\necho" in text and "an arg" in text
             logs[name] = text.replace(pod_name, "<pod>")
     finally:
@@ -179,7 +156,7 @@ def test_kubectl_logs_of_a_kwok_pod_follow_its_status(real: RealCluster) -> None
         statuses = real.get("v1", "Pod", "restarts")["status"].get("containerStatuses") or []
         return bool(statuses) and all(int(s.get("restartCount") or 0) >= 2 for s in statuses)
 
-    wait_for("two restarts", restarted_twice)
+    wait_for(what="two restarts", check=restarted_twice)
     real.patch("v1", "Pod", "restarts", {"status": {"phase": "Failed"}}, subresource="status")
     # The client owns the pod now: kwok's next restart is refused, and the status stays as it is.
     time.sleep(0.5)
@@ -191,7 +168,9 @@ def test_kubectl_logs_of_a_kwok_pod_follow_its_status(real: RealCluster) -> None
 
     for name, spec in (("side", pod["spec"]["containers"][0]), ("node", pod["spec"]["containers"][1])):
         status = statuses[name]
-        lines = wait_for(f"the takeover in {name}'s log", lambda name=name: taken_over(name), timeout=10)
+        lines = wait_for(
+            what=f"the takeover in {name}'s log", check=lambda name=name: taken_over(name), timeout=10
+        )
         assert lines[0] == f"[sandbox] pod {real.namespace}/restarts container {name} image {spec['image']}"
         if spec.get("command"):
             assert lines[1] == "[sandbox] command: " + " ".join(spec["command"])
@@ -218,10 +197,17 @@ def test_a_deleted_pods_log_goes_with_it(real: RealCluster) -> None:
             },
         }
     )
-    wait_for("the pod to run", lambda: real.get("v1", "Pod", "brief")["status"].get("phase") == "Running")
+    wait_for(
+        what="the pod to run",
+        check=lambda: real.get("v1", "Pod", "brief")["status"].get("phase") == "Running",
+    )
     assert "container node image busybox:1" in kubectl(real, "logs", "brief")
     (logs,) = real.list("kwok.x-k8s.io/v1alpha1", "Logs")
     uid = real.get("v1", "Pod", "brief")["metadata"]["uid"]
     assert [o["uid"] for o in logs["metadata"]["ownerReferences"]] == [uid]
     real.delete("v1", "Pod", "brief")
-    wait_for("the Logs object to go", lambda: not real.list("kwok.x-k8s.io/v1alpha1", "Logs"), timeout=30)
+    wait_for(
+        what="the Logs object to go",
+        check=lambda: not real.list("kwok.x-k8s.io/v1alpha1", "Logs"),
+        timeout=30,
+    )

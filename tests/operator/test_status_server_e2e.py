@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 import requests
+from cluster_helpers import kubectl
 from operator_helpers import OPERATOR_USER, TJ, get_or_none, trainjob, wait_for
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
@@ -137,17 +138,6 @@ def signed(real: RealCluster, claims: Obj) -> str:
     signing_input = _b64(json.dumps(header).encode()) + "." + _b64(json.dumps(claims).encode())
     signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
     return signing_input + "." + _b64(signature)
-
-
-def kubectl(real: RealCluster, *args: str) -> str:
-    done = subprocess.run(
-        [real.kubectl, "--kubeconfig", str(real.kubeconfig), "-n", real.namespace, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def trainer_status(real: RealCluster, name: str) -> Obj | None:
