@@ -36,7 +36,7 @@ ACTIVE = {"jobsStatus": [{"name": "node", "active": 1, "ready": 0}], "startTime"
 
 def test_progress_waits_from_its_first_change_and_later_progress_folds_into_one_write() -> None:
     clock = Clock()
-    batch = ProgressBatch(1.0, clock)
+    batch = ProgressBatch(1.0, clock=clock)
     assert batch.held(KEY, ZERO) == 1.0, "the first progress starts the wait"
     clock.now += 0.4
     assert batch.held(KEY, ACTIVE) == pytest.approx(0.6), (
@@ -51,7 +51,7 @@ def test_progress_waits_from_its_first_change_and_later_progress_folds_into_one_
 
 def test_a_condition_writes_at_once_and_ends_the_wait() -> None:
     clock = Clock()
-    batch = ProgressBatch(1.0, clock)
+    batch = ProgressBatch(1.0, clock=clock)
     assert batch.held(KEY, ZERO) == 1.0
     complete = {**ACTIVE, "conditions": [{"type": "Complete", "status": "True"}]}
     assert batch.held(KEY, complete) is None
@@ -62,13 +62,13 @@ def test_a_condition_writes_at_once_and_ends_the_wait() -> None:
 
 def test_nothing_to_write_and_a_zero_period_hold_nothing() -> None:
     clock = Clock()
-    assert ProgressBatch(1.0, clock).held(KEY, None) is None
-    assert ProgressBatch(0.0, clock).held(KEY, ZERO) is None
+    assert ProgressBatch(1.0, clock=clock).held(KEY, None) is None
+    assert ProgressBatch(0.0, clock=clock).held(KEY, ZERO) is None
 
 
 def test_waits_are_per_trainjob_and_forgotten_with_it() -> None:
     clock = Clock()
-    batch = ProgressBatch(2.0, clock)
+    batch = ProgressBatch(2.0, clock=clock)
     assert batch.held(KEY, ZERO) == 2.0
     clock.now += 1.5
     assert batch.held(("ns", "other"), ZERO) == 2.0, "another TrainJob's wait is its own"
@@ -76,10 +76,48 @@ def test_waits_are_per_trainjob_and_forgotten_with_it() -> None:
     assert batch.held(KEY, ZERO) == 2.0, "a deleted TrainJob's wait does not carry over to its namesake"
 
 
+def test_across_trainjobs_progress_writes_keep_to_the_rate_in_the_order_their_waits_began() -> None:
+    clock = Clock()
+    batch = ProgressBatch(1.0, 10.0, clock=clock)
+    keys = [("ns", f"tj-{i}") for i in range(20)]
+    assert [batch.held(k, ZERO) for k in keys[:3]] == pytest.approx([1.0, 1.1, 1.2]), (
+        "waits begun together go out a tenth of a second apart at 10 a second"
+    )
+    for k in keys[3:]:
+        batch.held(k, ZERO)  # the last of the 20 goes out at 2.9 s
+    clock.now += 1.05
+    assert batch.held(keys[0], ACTIVE) is None, "the first slot has come"
+    assert batch.held(keys[2], ACTIVE) == pytest.approx(0.15), "later progress keeps its slot"
+    batch.written(keys[0])
+    assert batch.held(keys[0], ZERO) == pytest.approx(1.95), (
+        "a new wait queues behind those already taken (3.0 s), not at its own second (2.05 s)"
+    )
+    clock.now += 10
+    assert batch.held(("ns", "late"), ZERO) == 1.0, "once the queue has drained, a wait is the period"
+
+
+def test_a_condition_takes_no_slot_and_a_zero_period_waits_only_for_the_rate() -> None:
+    clock = Clock()
+    batch = ProgressBatch(0.0, 10.0, clock=clock)
+    complete = {**ACTIVE, "conditions": [{"type": "Complete", "status": "True"}]}
+    assert batch.held(("ns", "a"), complete) is None
+    assert batch.held(("ns", "b"), ZERO) is None, "no one ahead: at once, though it took a slot"
+    assert batch.held(("ns", "c"), ZERO) == pytest.approx(0.1), "one ahead in the same instant"
+    assert batch.held(("ns", "d"), complete) is None, "a condition is never queued"
+    assert ProgressBatch(0.0, 0.0, clock=clock).held(KEY, ZERO) is None, "both off: every step at once"
+
+
 def test_the_period_is_configured_as_a_go_duration_defaulting_to_one_second() -> None:
     assert Configuration().controller.progress_batch_seconds == 1.0
     config = Configuration.model_validate({"controller": {"progressBatchPeriod": "0s"}})
     assert config.controller.progress_batch_seconds == 0.0
+
+
+def test_the_rate_defaults_to_ten_a_second_and_a_negative_one_is_refused_naming_the_field() -> None:
+    assert Configuration().controller.progress_qps == 10.0
+    assert Configuration.model_validate({"controller": {"progressQPS": 0}}).controller.progress_qps == 0.0
+    with pytest.raises(ValueError, match="progressQPS"):
+        Configuration.model_validate({"controller": {"progressQPS": -1}})
 
 
 # --- the reconciler's use of it: a stubbed render core, a client that records status patches ---
@@ -182,5 +220,31 @@ def test_with_a_zero_period_every_step_is_written(monkeypatch: pytest.MonkeyPatc
             wanted.append(status)
             await reconciler.reconcile(KEY)
         assert len(client.patches) == 2
+
+    asyncio.run(scenario())
+
+
+def test_a_first_report_that_waited_gives_the_start_time_it_was_seen_at_not_the_write_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> None:
+        reconciler, client, wanted = _reconciler(monkeypatch, 0.2)
+        clock = iter(["2026-11-27T10:00:00Z", "2026-11-27T10:00:30Z", "2026-11-27T10:01:00Z"])
+        monkeypatch.setattr(reconciler_module, "utc_now", lambda: next(clock))
+        # As the render core does: a first report of the Jobs sets startTime to the reconcile's now.
+        monkeypatch.setattr(
+            reconciler_module,
+            "render",
+            lambda tj, cache, fw, now: Outcome(status={**wanted[-1], "startTime": now}),
+        )
+        wanted.append(ZERO)
+        assert isinstance(await reconciler.reconcile(KEY), After)
+        wanted.append({"jobsStatus": ACTIVE["jobsStatus"]})
+        assert isinstance(await reconciler.reconcile(KEY), After)
+        await asyncio.sleep(0.21)
+        assert await reconciler.reconcile(KEY) is Next.DONE
+        assert client.patches == [
+            {"jobsStatus": ACTIVE["jobsStatus"], "startTime": "2026-11-27T10:00:00Z"}
+        ], "the latest progress, started when the first report was seen (not 10:01, when it went out)"
 
     asyncio.run(scenario())

@@ -61,6 +61,9 @@ class Controller(_Section):
     # progress (jobsStatus, startTime) waits, later progress folded into it, as kube's Job
     # controller batches its pods' updates for 1s; "0s" writes every step as it is seen.
     progress_batch_period: str = Field("1s", alias="progressBatchPeriod")
+    # Ours (docs/decisions.md §batch): at most this many such progress writes a second across all
+    # TrainJobs, each carrying every step since its wait began; conditions never wait. 0: no limit.
+    progress_qps: float = Field(10.0, alias="progressQPS", ge=0)
 
     @field_validator("sync_period", "progress_batch_period")
     @classmethod

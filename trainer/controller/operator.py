@@ -293,6 +293,7 @@ class Operator:
             reconciler_client, self.cache, self.framework, self.resources, self.metrics, recorder, self.queue
         )
         reconciler.progress.seconds = self.config.controller.progress_batch_seconds
+        reconciler.progress.qps = self.config.controller.progress_qps
         self.running = running = Running(
             credentials,
             client,

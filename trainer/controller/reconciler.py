@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -57,35 +58,60 @@ class ProgressBatch:
     """docs/decisions.md §batch: a status write that only follows the children's progress
     (``PROGRESS_FIELDS``) waits ``seconds``, as kube's Job controller batches its pods' updates:
     the first such change starts the wait, every later one folds into the one write at its end,
-    and any other change (a condition) writes at once, the progress so far with it."""
+    and any other change (a condition) writes at once, the progress so far with it.
 
-    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    Across TrainJobs, such writes go out at most ``qps`` a second (0: no limit): each wait that
+    begins takes the next free slot, one ``1/qps`` after the last taken, so under a flood of
+    progress the writes queue in the order their waits began and each carries all its TrainJob's
+    steps since. A condition never takes a slot."""
+
+    def __init__(
+        self, seconds: float, qps: float = 0.0, *, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.seconds = seconds
+        self.qps = qps
         self.clock = clock
-        self._since: dict[TrainJobKey, float] = {}  # when each waiting TrainJob's wait began
+        self._due: dict[TrainJobKey, float] = {}  # when each waiting TrainJob's write goes out
+        self._began: dict[TrainJobKey, str] = {}  # the reconcile time its wait began at
+        self._last_slot = -math.inf
 
-    def held(self, key: TrainJobKey, patch: Obj | None) -> float | None:
+    def held(self, key: TrainJobKey, patch: Obj | None, stamp: str = "") -> float | None:
         """Seconds this status patch still waits, or None to write it now. A wait that has run
         out stays run out until ``written``: a write the API server refused or the budget put
-        off is retried without waiting again."""
-        if self.seconds <= 0 or patch is None or not patch.keys() <= PROGRESS_FIELDS:
+        off is retried without waiting again. ``stamp``, the reconcile's time, is kept as ``began``."""
+        if patch is None or not patch.keys() <= PROGRESS_FIELDS:
+            return None
+        if self.seconds <= 0 and self.qps <= 0:
             return None
         now = self.clock()
-        left = self._since.setdefault(key, now) + self.seconds - now
+        due = self._due.get(key)
+        if due is None:
+            due = now + max(self.seconds, 0.0)
+            if self.qps > 0:
+                due = max(due, self._last_slot + 1.0 / self.qps)
+                self._last_slot = due
+            self._due[key] = due
+            self._began[key] = stamp
+        left = due - now
         return left if left > 0 else None
+
+    def began(self, key: TrainJobKey) -> str | None:
+        """When the TrainJob's wait began (the ``now`` of the reconcile that first held it)."""
+        return self._began.get(key) or None
 
     def written(self, key: TrainJobKey) -> None:
         """The status was written (or there was nothing to write): the next progress waits afresh."""
-        self._since.pop(key, None)
+        self._due.pop(key, None)
+        self._began.pop(key, None)
 
     def forget(self, key: TrainJobKey) -> None:
         """The TrainJob is gone: a namesake made later waits afresh."""
-        self._since.pop(key, None)
+        self.written(key)
 
     @property
     def waiting(self) -> int:
         """How many TrainJobs have a status write waiting (a settled operator has none)."""
-        return len(self._since)
+        return len(self._due)
 
 
 class WorkQueue:
@@ -271,7 +297,8 @@ class Reconciler:
             self._counted.pop(key, None)
             self.progress.forget(key)
             return Next.DONE
-        outcome = render(trainjob, self.cache, self.framework, utc_now())
+        now = utc_now()
+        outcome = render(trainjob, self.cache, self.framework, now)
         if outcome.skipped:
             return Next.DONE
         if outcome.conflict is not None:
@@ -290,16 +317,18 @@ class Reconciler:
             # docs/decisions.md §3: objects refused by the API server show on status too.
             write_error = exc
             outcome = _with_write_error(outcome, trainjob, str(exc))
-        held = (
-            None
-            if outcome.expired
-            else self.progress.held(key, status_patch(trainjob.get("status"), outcome.status))
-        )
+        patch = status_patch(trainjob.get("status"), outcome.status)
+        held = None if outcome.expired else self.progress.held(key, patch, now)
         if held is not None:
             # Back within the wait, whatever else the outcome asks (a failure's backoff can be a
             # minute): the error is already on status, this write only follows progress.
             self._tell(trainjob, outcome, report, status_written=False)
             return After(min(held, outcome.requeue_after if outcome.requeue_after is not None else held))
+        began = self.progress.began(key)
+        if began and patch and patch.get("startTime") and outcome.status and patch.keys() <= PROGRESS_FIELDS:
+            # The first report of the Jobs waited its turn to be written: they started when the
+            # reconcile that began the wait saw them, not when the write went out.
+            outcome.status["startTime"] = began
         try:
             await self.writer.write_status(trainjob, outcome.status, report, wait=False)
             self.progress.written(key)
