@@ -6,6 +6,7 @@ template).
 
 from __future__ import annotations
 
+import copy
 import re
 
 from trainer.plugin import (
@@ -20,6 +21,7 @@ from trainer.plugin import (
     TrainingRuntimeSpec,
     ValidationContext,
     canonical_jobset_quantities,
+    contains,
     controlled_by,
     dns1123_subdomain,
     find,
@@ -67,6 +69,7 @@ class JobSetPlugin:
             errors += _check_patch_targets(ctx, i)
         if ctx.old is not None:
             errors += _check_patch_update(ctx)
+            errors += _check_resize(ctx)
         return errors or None
 
     # --- phases ---
@@ -88,13 +91,18 @@ class JobSetPlugin:
         # Kept as it is while it runs: looked up as a kept child, so one this TrainJob does not
         # control stops the build (docs/decisions.md §11).
         existing = info.existing_child(c.JOBSET_KIND, info.name, group=c.JOBSET_GROUP)
-        if (
-            existing is not None
-            and not info.trainjob.spec.suspend
-            and not (existing.get("spec") or {}).get("suspend")
-        ):
-            return None  # a running JobSet is never rewritten
-        return [build_jobset(info)]
+        if existing is not None:
+            if not info.trainjob.spec.suspend and not (existing.get("spec") or {}).get("suspend"):
+                return None  # a running JobSet is never rewritten
+            if (existing.get("metadata") or {}).get("deletionTimestamp"):
+                return None  # being rebuilt (below): built afresh once it is gone
+        jobset = build_jobset(info)
+        if existing is not None and not jobset_update_allowed(existing, jobset):
+            # numNodes or resourcesPerNode changed while suspended (docs/decisions.md §resize):
+            # JobSet's webhook refuses such an update, so the JobSet is made again.
+            info.rebuild(existing)
+            return None
+        return [jobset]
 
     @hookimpl
     def trainer_compute_status(self, trainjob: Obj, facts: Facts) -> Obj | None:
@@ -145,6 +153,53 @@ def build_jobset(info: Info) -> Obj:
         metadata["annotations"] = dict(info.annotations)
     metadata["ownerReferences"] = [info.owner_reference()]
     return {"apiVersion": c.JOBSET_API_VERSION, "kind": c.JOBSET_KIND, "metadata": metadata, "spec": spec}
+
+
+# What JobSet's update webhook lets change in the replicatedJobs of a JobSet that is, or is being,
+# suspended (what Kueue needs): the pod template's labels and annotations, nodeSelector,
+# tolerations and schedulingGates. Everything else in them is immutable.
+_MUTABLE_POD_METADATA = ("labels", "annotations")
+_MUTABLE_POD_SPEC = ("nodeSelector", "tolerations", "schedulingGates")
+
+
+def jobset_update_allowed(existing: Obj, desired: Obj) -> bool:
+    """Whether JobSet's webhook lets an update of ``existing`` (suspended, or being suspended)
+    set what ``desired`` sets. ``existing`` holds the server's defaults besides what was sent, so
+    what ``desired`` sets must be in it; container resources must match exactly, since a request
+    or limit taken away is a change no default explains."""
+    old = _fixed_part(existing)
+    new = _fixed_part(desired)
+    if not contains(old, new):
+        return False
+    for old_rj, new_rj in zip(old, new, strict=True):
+        old_pod = (((old_rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        new_pod = (((new_rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+        for key in ("containers", "initContainers"):
+            for old_c, new_c in zip(old_pod.get(key) or [], new_pod.get(key) or [], strict=False):
+                if (old_c.get("resources") or {}) != (new_c.get("resources") or {}):
+                    return False
+    return True
+
+
+def _fixed_part(jobset: Obj) -> list[Obj]:
+    """The JobSet's replicatedJobs less what JobSet's webhook lets a suspended JobSet change."""
+    out: list[Obj] = []
+    for rj in (jobset.get("spec") or {}).get("replicatedJobs") or []:
+        rj = copy.deepcopy(rj)
+        pod = ((rj.get("template") or {}).get("spec") or {}).get("template")
+        if isinstance(pod, dict):
+            meta = pod.get("metadata")
+            if isinstance(meta, dict):
+                for key in _MUTABLE_POD_METADATA:
+                    meta.pop(key, None)
+                if not meta:
+                    del pod["metadata"]  # as if never set: a template given labels alone
+            pod_spec = pod.get("spec")
+            if isinstance(pod_spec, dict):
+                for key in _MUTABLE_POD_SPEC:
+                    pod_spec.pop(key, None)
+        out.append(rj)
+    return out
 
 
 def _check_manager(path: str, manager: str) -> list[FieldError]:
@@ -285,6 +340,31 @@ def _check_patch_targets(ctx: ValidationContext, index: int) -> list[FieldError]
                         )
                     )
     return errors
+
+
+def _check_resize(ctx: ValidationContext) -> list[FieldError]:
+    """docs/decisions.md §resize: the CRD lets numNodes and resourcesPerNode change while the
+    TrainJob is suspended; not while its JobSet still has active Jobs (pods being stopped), whose
+    replacement would overlap them."""
+    assert ctx.old_obj is not None
+    old_trainer = (ctx.old_obj.get("spec") or {}).get("trainer") or {}
+    new_trainer = (ctx.trainjob_obj.get("spec") or {}).get("trainer") or {}
+    changed = [f for f in ("numNodes", "resourcesPerNode") if old_trainer.get(f) != new_trainer.get(f)]
+    if not changed:
+        return []
+    jobset = ctx.facts.get(c.JOBSET_KIND, ctx.trainjob.namespace, ctx.trainjob.name)
+    if jobset is None:
+        return []
+    statuses = (jobset.get("status") or {}).get("replicatedJobsStatus") or []
+    return [
+        forbidden(
+            f"spec.trainer.{changed[0]}",
+            f"{' and '.join(changed)} cannot be changed while the JobSet's ReplicatedJob "
+            f"{rj.get('name')} is still active",
+        )
+        for rj in statuses
+        if isinstance(rj, dict) and isinstance(rj.get("active"), int) and rj["active"] > 0
+    ]
 
 
 def _check_patch_update(ctx: ValidationContext) -> list[FieldError]:

@@ -79,8 +79,8 @@ def test_trainjob_status_subresource_and_columns() -> None:
     ]
 
 
-# Where our schemas deliberately differ from upstream's: docs/decisions.md §5, §8 and
-# §trainjob-spec-required.
+# Where our schemas deliberately differ from upstream's: docs/decisions.md §5, §8, §ttl,
+# §resize and §trainjob-spec-required.
 ALLOWED = {
     # Ours: a TrainJob without spec names no runtime. Upstream's webhook refuses it as an
     # unsupported runtime; the schema says what is actually wrong ("spec: Required value").
@@ -98,6 +98,10 @@ ALLOWED = {
     ("TrainJob", ".properties.status.properties.startTime"),
     ("TrainJob", ".properties.status.properties.completionTime"),
     ("TrainingRuntime", ".properties.spec.properties.runPolicy"),
+    # docs/decisions.md §resize: upstream's issue #3995. spec.trainer's "field is immutable" rule
+    # moves up to spec, where it reads spec.suspend, and leaves numNodes and resourcesPerNode out.
+    ("TrainJob", ".properties.spec.properties.trainer.x-kubernetes-validations"),
+    ("TrainJob", ".properties.spec.x-kubernetes-validations"),
 }
 
 

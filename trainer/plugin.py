@@ -8,7 +8,7 @@ names can move without breaking anyone. docs/plugins.md explains each name.
 from __future__ import annotations
 
 from trainer.api import constants
-from trainer.api.objects import Obj
+from trainer.api.objects import Obj, contains
 from trainer.api.quantity import cpu_count, gpu_count
 from trainer.api.views import (
     CoschedulingPolicy,
@@ -75,6 +75,7 @@ __all__ = [
     "XGBoostPolicy",
     "canonical_jobset_quantities",
     "constants",
+    "contains",
     "controlled_by",
     "cpu_count",
     "dns1123_subdomain",

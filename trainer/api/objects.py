@@ -36,3 +36,24 @@ if TYPE_CHECKING:
         reason: str
         message: str
         lastTransitionTime: NotRequired[str]
+
+
+def contains(observed: object, desired: object) -> bool:
+    """True when every field of ``desired`` is in ``observed`` with the same value.
+
+    Maps may hold more keys than we set; lists must match item by item (we own the lists we
+    write), each item compared the same way so defaults inside items are tolerated.
+    """
+    if isinstance(desired, dict):
+        return isinstance(observed, dict) and all(
+            k in observed and contains(observed[k], v) for k, v in desired.items()
+        )
+    if isinstance(desired, list):
+        return (
+            isinstance(observed, list)
+            and len(observed) == len(desired)
+            and all(contains(o, d) for o, d in zip(observed, desired, strict=True))
+        )
+    if isinstance(desired, bool) or isinstance(observed, bool):
+        return observed is desired
+    return bool(observed == desired)

@@ -180,10 +180,44 @@ class RuntimePatch(APIModel):
     training_runtime_spec: TrainingRuntimeSpecPatch | None = Field(None, alias="trainingRuntimeSpec")
 
 
+def _trainer_field_kept(name: str) -> str:
+    """CEL: ``spec.trainer.<name>`` is what it was, set or unset alike (an unset trainer too)."""
+    now, then = (
+        f"has(self.trainer) && has(self.trainer.{name})",
+        f"has(oldSelf.trainer) && has(oldSelf.trainer.{name})",
+    )
+    return f"(({now}) == ({then})) && (!({now}) || self.trainer.{name} == oldSelf.trainer.{name})"
+
+
+# Ours (docs/decisions.md §resize; upstream #3995): upstream holds all of spec.trainer immutable.
+# numNodes and resourcesPerNode may change while the TrainJob is suspended, before or by the
+# update (the webhook also refuses it while the JobSet has active Jobs); the rest never.
+RESIZABLE_TRAINER_FIELDS = ("numNodes", "resourcesPerNode")
+# Every other field of Trainer, a field added later included.
+FIXED_TRAINER_FIELDS = tuple(
+    name
+    for name in (f.alias or n for n, f in Trainer.model_fields.items())
+    if name not in RESIZABLE_TRAINER_FIELDS
+)
+TRAINER_RULES = (
+    Rule(
+        " && ".join(_trainer_field_kept(f) for f in FIXED_TRAINER_FIELDS),
+        "field is immutable",
+        field_path=".trainer",
+    ),
+    Rule(
+        " && ".join(_trainer_field_kept(f) for f in RESIZABLE_TRAINER_FIELDS)
+        + " || (has(oldSelf.suspend) && oldSelf.suspend) || (has(self.suspend) && self.suspend)",
+        "numNodes and resourcesPerNode can only be changed while the TrainJob is suspended",
+        field_path=".trainer",
+    ),
+)
+
+
 class TrainJobSpec(APIModel):
     runtime_ref: Annotated[RuntimeRef, Schema(rules=(IMMUTABLE,))] = Field(alias="runtimeRef")
     initializer: Annotated[Initializer | None, Schema(rules=(IMMUTABLE,))] = None
-    trainer: Annotated[Trainer | None, Schema(rules=(IMMUTABLE,))] = None
+    trainer: Trainer | None = None  # TRAINER_RULES, on spec: they read spec.suspend
     runtime_patches: Annotated[
         list[RuntimePatch] | None, Schema(max_items=16, list_type="map", map_keys=("manager",))
     ] = Field(None, alias="runtimePatches")
@@ -298,7 +332,7 @@ class TrainJob(APIModel):
     api_version: str | None = Field(None, alias="apiVersion")
     kind: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    spec: TrainJobSpec
+    spec: Annotated[TrainJobSpec, Schema(rules=TRAINER_RULES)]
     status: Annotated[TrainJobStatus | None, Schema(min_properties=1)] = None
 
     @property

@@ -313,6 +313,10 @@ class Reconciler:
                 observed = self.cache.get(kind, namespace, name)
                 if observed is not None and controlled_by(observed, trainjob):
                     await self.writer.delete(observed, report)
+            for child in outcome.rebuild:
+                # docs/decisions.md §resize: its dependents (the Jobs) go first, so the one built
+                # in its place never finds Jobs of the old one under their names.
+                await self.writer.delete(child, report, propagation="Foreground")
         except ApiError as exc:
             # docs/decisions.md §3: objects refused by the API server show on status too.
             write_error = exc

@@ -19,33 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainer.api.objects import Obj
+from trainer.api.objects import Obj, contains
 from trainer.controller.cache import Cache, slim
 from trainer.controller.client import STATUS, ApiClient, ApiError, ResourceType
 from trainer.controller.resources import TRAINJOBS, Resources
 
 FIELD_MANAGER = "trainer"
-
-
-def contains(observed: object, desired: object) -> bool:
-    """True when every field of ``desired`` is in ``observed`` with the same value.
-
-    Maps may hold more keys than we set; lists must match item by item (we own the lists we
-    write), each item compared the same way so defaults inside items are tolerated.
-    """
-    if isinstance(desired, dict):
-        return isinstance(observed, dict) and all(
-            k in observed and contains(observed[k], v) for k, v in desired.items()
-        )
-    if isinstance(desired, list):
-        return (
-            isinstance(observed, list)
-            and len(observed) == len(desired)
-            and all(contains(o, d) for o, d in zip(observed, desired, strict=True))
-        )
-    if isinstance(desired, bool) or isinstance(observed, bool):
-        return observed is desired
-    return bool(observed == desired)
 
 
 def status_patch(current: Obj | None, desired: Obj | None) -> Obj | None:
@@ -143,13 +122,17 @@ class Writer:
             return await self.client.create(rtype, namespace, obj, field_manager=FIELD_MANAGER)
         return await self.client.apply(rtype, namespace, obj, field_manager=FIELD_MANAGER, force=False)
 
-    async def delete(self, observed: Obj, report: WriteReport) -> None:
+    async def delete(self, observed: Obj, report: WriteReport, *, propagation: str = "Background") -> None:
         """Delete that object, that incarnation of it only: its uid is the precondition."""
         meta = observed["metadata"]
         kind, namespace, name = observed["kind"], meta.get("namespace") or "default", meta["name"]
         try:
             await self.client.delete(
-                self.resources.resource_of(observed), namespace, name, uid=meta.get("uid")
+                self.resources.resource_of(observed),
+                namespace,
+                name,
+                uid=meta.get("uid"),
+                propagation=propagation,
             )
         except ApiError as exc:
             if exc.code not in (404, 409):  # gone, or another object has the name now

@@ -248,10 +248,16 @@ class OfflineCluster:
             else:
                 self.facts.put(child)
             written[(child["apiVersion"], child["kind"], child_meta["name"])] = child
-        for kind, ns, child_name in outcome.delete:
+        gone = [(kind, ns, child_name) for kind, ns, child_name in outcome.delete]
+        gone += [(obj["kind"], namespace, obj["metadata"]["name"]) for obj in outcome.rebuild]
+        for kind, ns, child_name in gone:
             self.facts.remove(kind, ns, child_name)
             for child_key in [k for k in written if k[1:] == (kind, child_name)]:
                 del written[child_key]
+        if outcome.rebuild:
+            # Gone at once here (no Jobs to wait for): the next reconcile builds it afresh.
+            self._reconcile(admitted)
+            return
         if outcome.status:
             admitted["status"] = outcome.status
         else:

@@ -103,6 +103,11 @@ class Framework:
         self.built_kinds = frozenset(
             (d.kind.api_version, d.kind.kind) for _, d in self.declarations if isinstance(d, Builds)
         )
+        self.deletable_kinds = frozenset(
+            (d.kind.api_version, d.kind.kind)
+            for _, d in self.declarations
+            if isinstance(d, Builds) and d.delete
+        )
         providers = [p for p in self.plugins if hasattr(p, "trainer_compute_status")]
         if len(providers) > 1:
             names = ", ".join(p.name for p in providers)

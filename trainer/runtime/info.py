@@ -195,6 +195,9 @@ class Info:
     # Children that exist and are kept as they are rather than built again (key material made
     # once): the core checks each is this TrainJob's, as it checks what is built.
     kept: list[Obj] = field(default_factory=list)
+    # Children an update cannot change (a field their API holds immutable): deleted in the
+    # foreground and built afresh once gone (``rebuild``; docs/decisions.md §resize).
+    rebuilt: list[Obj] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -246,6 +249,13 @@ class Info:
 
     def child_metadata(self, name: str) -> Obj:
         return child_metadata(self.trainjob, name)
+
+    def rebuild(self, existing: Obj) -> None:
+        """Have ``existing`` (a child found with ``existing_child``) deleted and built again: what
+        the plugin would build now is more than an update of it may change. Only a kind its plugin
+        declares with ``Builds(..., delete=True)``; the core checks that, and that it is this
+        TrainJob's."""
+        self.rebuilt.append(existing)
 
     def existing_child(self, kind: str, name: str, group: str = "") -> Obj | None:
         """The child ``name`` of ``kind`` if it exists, to be kept rather than built again.

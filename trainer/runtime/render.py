@@ -40,6 +40,9 @@ class Outcome:
     objects: list[Obj] = field(default_factory=list)
     status: Obj | None = None
     delete: list[tuple[str, str, str]] = field(default_factory=list)
+    # Children to delete in the foreground (their own dependents go first) and build again once
+    # gone: an update could not make them what they must now be (docs/decisions.md §resize).
+    rebuild: list[Obj] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
     error: str | None = None
     requeue_after: float | None = None
@@ -397,7 +400,18 @@ def _build(
                 "declares in its kinds (Builds)"
             )
     check_control(trainjob_obj, facts, built_objects, info.kept)
+    for obj in info.rebuilt:
+        if (obj.get("apiVersion"), obj.get("kind")) not in framework.deletable_kinds:
+            raise PluginError(
+                f"a plugin asked for the {obj.get('kind')} {obj['metadata'].get('name')} to be rebuilt, "
+                "a kind no enabled plugin declares it deletes (Builds(..., delete=True))"
+            )
+        if not controlled_by(obj, trainjob_obj):
+            raise PluginError(
+                f"{obj.get('kind')} {obj['metadata'].get('name')} is not this TrainJob's to rebuild"
+            )
     outcome.objects.extend(built_objects)
+    outcome.rebuild.extend(info.rebuilt)
     return runtime_obj
 
 
