@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from trainer.api.trainjob import TRAINER_RULES
 from trainer.apimachinery import cel
 from trainer.apimachinery.cel import CELError, CELEvalError, CELSyntaxError
 
@@ -52,7 +53,12 @@ NO_NAMESPACE = "self.templates.all(t, !has(t.metadata.namespace) || size(t.metad
 EXACTLY_ONE_PLUGIN = "(has(self.tpp) ? 1 : 0) + (has(self.cloud) ? 1 : 0) + (has(self.ngts) ? 1 : 0) == 1"
 AT_MOST_ONE_PLUGIN = "(has(self.tpp) ? 1 : 0) + (has(self.cloud) ? 1 : 0) + (has(self.ngts) ? 1 : 0) <= 1"
 
+# docs/decisions.md §resize: spec.trainer's fields fixed, but numNodes and resourcesPerNode while suspended.
+TRAINER_FIXED, TRAINER_RESIZE = (rule.rule for rule in TRAINER_RULES)
+
 TRAINER_CRD_RULES = {
+    TRAINER_FIXED,
+    TRAINER_RESIZE,
     IMMUTABLE,
     AT_LEAST_ONE,
     URL_OR_EMPTY,
@@ -66,7 +72,35 @@ TRAINER_CRD_RULES = {
     NO_NAMESPACE,
 }
 
+
+def _spec(trainer: dict[str, Any] | None, suspend: bool = False) -> dict[str, Any]:
+    spec: dict[str, Any] = {"runtimeRef": {"name": "torch"}, "suspend": suspend}
+    if trainer is not None:
+        spec["trainer"] = trainer
+    return spec
+
+
 CRD_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    (TRAINER_FIXED, {"self": _spec({"image": "a"}), "oldSelf": _spec({"image": "a"})}, True),
+    (TRAINER_FIXED, {"self": _spec({"image": "b"}), "oldSelf": _spec({"image": "a"})}, False),
+    (TRAINER_FIXED, {"self": _spec({"image": "a"}), "oldSelf": _spec(None)}, False),
+    (TRAINER_FIXED, {"self": _spec({}), "oldSelf": _spec(None)}, True),
+    (TRAINER_FIXED, {"self": _spec({"env": []}), "oldSelf": _spec({})}, False),
+    (TRAINER_FIXED, {"self": _spec({"numNodes": 4}), "oldSelf": _spec({"numNodes": 2})}, True),
+    (TRAINER_RESIZE, {"self": _spec({"numNodes": 4}), "oldSelf": _spec({"numNodes": 2})}, False),
+    (TRAINER_RESIZE, {"self": _spec({"numNodes": 4}, True), "oldSelf": _spec({"numNodes": 2}, True)}, True),
+    (TRAINER_RESIZE, {"self": _spec({"numNodes": 4}), "oldSelf": _spec({"numNodes": 2}, True)}, True),
+    (TRAINER_RESIZE, {"self": _spec({"numNodes": 4}, True), "oldSelf": _spec({"numNodes": 2})}, True),
+    (TRAINER_RESIZE, {"self": _spec({"numNodes": 2}), "oldSelf": _spec(None)}, False),
+    (
+        TRAINER_RESIZE,
+        {
+            "self": _spec({"resourcesPerNode": {"limits": {"cpu": "2"}}}),
+            "oldSelf": _spec({"resourcesPerNode": {}}),
+        },
+        False,
+    ),
+    (TRAINER_RESIZE, {"self": _spec({"image": "b"}), "oldSelf": _spec({"image": "a"})}, True),
     (
         IMMUTABLE,
         {"self": {"a": [1, {"b": "c"}], "d": None}, "oldSelf": {"d": None, "a": [1, {"b": "c"}]}},
