@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from trainer.api import optimization as opt
 from trainer.api.trainjob import TRAINER_RULES
 from trainer.apimachinery import cel
 from trainer.apimachinery.cel import CELError, CELEvalError, CELSyntaxError
@@ -56,7 +57,25 @@ AT_MOST_ONE_PLUGIN = "(has(self.tpp) ? 1 : 0) + (has(self.cloud) ? 1 : 0) + (has
 # docs/decisions.md §resize: spec.trainer's fields fixed, but numNodes and resourcesPerNode while suspended.
 TRAINER_FIXED, TRAINER_RESIZE = (rule.rule for rule in TRAINER_RULES)
 
+# docs/optimization.md: the OptimizationJob's rules, upstream's and ours.
+OPT_RULES = {
+    rule.rule
+    for rule in (
+        opt.MIN_BELOW_MAX,
+        opt.MIN_POSITIVE,
+        opt.UNIFORM_STEP_POSITIVE,
+        opt.UNIFORM_INT_STEP_WHOLE,
+        opt.LOG_STEP_ABOVE_ONE,
+        opt.ONE_SPACE,
+        opt.ONE_ALGORITHM,
+        opt.TEMPLATE_METADATA,
+        opt.PARALLEL_WITHIN_TRIALS,
+        opt.GRID_ENUMERABLE,
+    )
+}
+
 TRAINER_CRD_RULES = {
+    *OPT_RULES,
     TRAINER_FIXED,
     TRAINER_RESIZE,
     IMMUTABLE,
@@ -80,7 +99,47 @@ def _spec(trainer: dict[str, Any] | None, suspend: bool = False) -> dict[str, An
     return spec
 
 
+def _grid(*spaces: dict[str, Any], algorithm: str = "grid") -> dict[str, Any]:
+    return {
+        "searchAlgorithm": {algorithm: {}},
+        "parameters": [{"name": f"p{i}", "searchSpace": space} for i, space in enumerate(spaces)],
+    }
+
+
+CATEGORICAL = {"categorical": {"choices": ["a"]}}
+STEPPED = {"uniform": {"min": "0", "max": "1", "step": "0.5"}}
+UNSTEPPED = {"logUniform": {"min": "1", "max": "10"}}
+
 CRD_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    (opt.MIN_BELOW_MAX.rule, {"self": {"min": "0.1", "max": "1e0"}}, True),
+    (opt.MIN_BELOW_MAX.rule, {"self": {"min": "1", "max": "1"}}, False),
+    (opt.MIN_BELOW_MAX.rule, {"self": {"min": "2", "max": "-1"}}, False),
+    (opt.MIN_POSITIVE.rule, {"self": {"min": "0.001"}}, True),
+    (opt.MIN_POSITIVE.rule, {"self": {"min": "0"}}, False),
+    (opt.MIN_POSITIVE.rule, {"self": {"min": "-1e-3"}}, False),
+    (opt.UNIFORM_STEP_POSITIVE.rule, {"self": {}}, True),
+    (opt.UNIFORM_STEP_POSITIVE.rule, {"self": {"step": "0.25"}}, True),
+    (opt.UNIFORM_STEP_POSITIVE.rule, {"self": {"step": "0"}}, False),
+    (opt.UNIFORM_INT_STEP_WHOLE.rule, {"self": {"type": "Int", "step": "2"}}, True),
+    (opt.UNIFORM_INT_STEP_WHOLE.rule, {"self": {"type": "Float", "step": "0.5"}}, True),
+    (opt.UNIFORM_INT_STEP_WHOLE.rule, {"self": {"type": "Int"}}, True),
+    (opt.UNIFORM_INT_STEP_WHOLE.rule, {"self": {"type": "Int", "step": "0.5"}}, False),
+    (opt.LOG_STEP_ABOVE_ONE.rule, {"self": {"step": "10"}}, True),
+    (opt.LOG_STEP_ABOVE_ONE.rule, {"self": {"step": "1"}}, False),
+    (opt.ONE_SPACE.rule, {"self": CATEGORICAL}, True),
+    (opt.ONE_SPACE.rule, {"self": {}}, False),
+    (opt.ONE_SPACE.rule, {"self": {**CATEGORICAL, **UNSTEPPED}}, False),
+    (opt.ONE_ALGORITHM.rule, {"self": {"tpe": {"seed": 1}}}, True),
+    (opt.ONE_ALGORITHM.rule, {"self": {}}, False),
+    (opt.ONE_ALGORITHM.rule, {"self": {"random": {}, "grid": {}}}, False),
+    (opt.TEMPLATE_METADATA.rule, {"self": {"labels": {"a": "b"}}}, True),
+    (opt.TEMPLATE_METADATA.rule, {"self": {"name": "x"}}, False),
+    (opt.TEMPLATE_METADATA.rule, {"self": {"namespace": "x"}}, False),
+    (opt.PARALLEL_WITHIN_TRIALS.rule, {"self": {"numTrials": 4, "parallelTrials": 4}}, True),
+    (opt.PARALLEL_WITHIN_TRIALS.rule, {"self": {"numTrials": 4, "parallelTrials": 5}}, False),
+    (opt.GRID_ENUMERABLE.rule, {"self": _grid(CATEGORICAL, STEPPED)}, True),
+    (opt.GRID_ENUMERABLE.rule, {"self": _grid(UNSTEPPED, algorithm="random")}, True),
+    (opt.GRID_ENUMERABLE.rule, {"self": _grid(CATEGORICAL, UNSTEPPED)}, False),
     (TRAINER_FIXED, {"self": _spec({"image": "a"}), "oldSelf": _spec({"image": "a"})}, True),
     (TRAINER_FIXED, {"self": _spec({"image": "b"}), "oldSelf": _spec({"image": "a"})}, False),
     (TRAINER_FIXED, {"self": _spec({"image": "a"}), "oldSelf": _spec(None)}, False),

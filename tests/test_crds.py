@@ -79,6 +79,34 @@ def test_trainjob_status_subresource_and_columns() -> None:
     ]
 
 
+def test_the_four_crds() -> None:
+    assert sorted(p.name for p in CRDS.glob("*.yaml")) == [
+        "trainer.kubeflow.org_clustertrainingruntimes.yaml",
+        "trainer.kubeflow.org_optimizationjobs.yaml",
+        "trainer.kubeflow.org_trainingruntimes.yaml",
+        "trainer.kubeflow.org_trainjobs.yaml",
+    ]
+
+
+def test_optimizationjob_status_subresource_and_columns() -> None:
+    """docs/optimization.md: State as a TrainJob's, the trial counts (ours), the best trial."""
+    crd = yaml.safe_load((CRDS / "trainer.kubeflow.org_optimizationjobs.yaml").read_text())
+    assert crd["spec"]["scope"] == "Namespaced"
+    assert crd["spec"]["names"]["shortNames"] == ["oj"]
+    version = crd["spec"]["versions"][0]
+    assert version["subresources"] == {"status": {}}
+    assert [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]] == [
+        ("State", '.status.conditions[?(@.status=="True")].type'),
+        ("Trials", ".spec.numTrials"),
+        ("Parallel", ".spec.parallelTrials"),
+        ("Succeeded", ".status.trials.succeeded"),
+        ("Failed", ".status.trials.failed"),
+        ("Running", ".status.trials.running"),
+        ("Best", ".status.result.trainJobName"),
+        ("Age", ".metadata.creationTimestamp"),
+    ]
+
+
 # Where our schemas deliberately differ from upstream's: docs/decisions.md §5, §8, §ttl,
 # §resize and §trainjob-spec-required.
 ALLOWED = {

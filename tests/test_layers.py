@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("trainer.migrate",),
     ("trainer.offline", "trainer.controller"),
     ("trainer.admission",),
+    ("trainer.optimization",),
     ("trainer.plugins",),
     ("trainer.plugin",),
     ("trainer.runtime",),

@@ -198,7 +198,7 @@ def restore_real_plane(server: RealCluster) -> None:
                     )
                 ]
             )
-            == 3
+            == 4
         ),
         timeout=60,
     )

@@ -492,7 +492,7 @@ def test_uninstall_leaves_only_the_crds(release: h.Installed) -> None:
         for c in server.list("apiextensions.k8s.io/v1", "CustomResourceDefinition")
         if c["spec"]["group"] == "trainer.kubeflow.org"
     ]
-    assert len(crds) == 3  # kept: deleting them would delete every TrainJob
+    assert len(crds) == 4  # kept: deleting them would delete every TrainJob
     assert server.list(h.TRAINER_API, "TrainJob", h.SCENARIO_NAMESPACE), (
         "the users' TrainJobs are still there"
     )

@@ -10,6 +10,7 @@ TRAINJOB_KIND = "TrainJob"
 TRAINING_RUNTIME_KIND = "TrainingRuntime"
 CLUSTER_TRAINING_RUNTIME_KIND = "ClusterTrainingRuntime"
 RUNTIME_KINDS = (TRAINING_RUNTIME_KIND, CLUSTER_TRAINING_RUNTIME_KIND)
+OPTIMIZATIONJOB_KIND = "OptimizationJob"
 
 JOBSET_GROUP = "jobset.x-k8s.io"
 JOBSET_VERSION = "v1alpha2"
@@ -62,6 +63,13 @@ REASON_RUNTIME_NOT_FOUND = "TrainingRuntimeNotFound"
 MSG_SUSPENDED = "TrainJob is suspended"
 MSG_RESUMED = "TrainJob is resumed"
 MSG_DEADLINE_EXCEEDED = "TrainJob exceeded its active deadline"
+
+# OptimizationJob trials (docs/optimization.md): how a trial's TrainJob names its OptimizationJob,
+# its index and its parameters, and the prefix of the env vars that carry the parameters.
+OPTIMIZATIONJOB_NAME_LABEL = "trainer.kubeflow.org/optimizationjob-name"
+TRIAL_INDEX_LABEL = "trainer.kubeflow.org/trial-index"
+TRIAL_PARAMETERS_ANNOTATION = "trainer.kubeflow.org/trial-parameters"
+TRIAL_ENV_PREFIX = "KUBEFLOW_TRAINER_OPT_"
 
 # Progress reporting (the TrainJobStatus feature gate; docs/user-guide.md, "Report progress").
 FEATURE_TRAINJOB_STATUS = "TrainJobStatus"

@@ -183,7 +183,8 @@ def _root_schema(model: type[BaseModel], embedded: Mapping[str, Any]) -> dict[st
 
 
 def build_crds() -> list[dict[str, Any]]:
-    """The three CRDs, in a fixed order, as plain data."""
+    """The four CRDs, in a fixed order, as plain data."""
+    from trainer.api.optimization import OptimizationJob
     from trainer.api.runtime import ClusterTrainingRuntime, TrainingRuntime
     from trainer.api.trainjob import NAME_RULES, TrainJob
 
@@ -192,8 +193,11 @@ def build_crds() -> list[dict[str, Any]]:
     trainjob_schema["x-kubernetes-validations"] = [r.to_schema() for r in NAME_RULES]
     runtime_schema = _root_schema(TrainingRuntime, embedded)
     cluster_schema = _root_schema(ClusterTrainingRuntime, embedded)
+    optimization_schema = _root_schema(OptimizationJob, embedded)
 
     age = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
+    # docs/decisions.md §10: the condition that is True, not the last one whatever its status.
+    state = {"name": "State", "type": "string", "jsonPath": '.status.conditions[?(@.status=="True")].type'}
     framework = {
         "name": "Framework",
         "type": "string",
@@ -208,12 +212,7 @@ def build_crds() -> list[dict[str, Any]]:
             trainjob_schema,
             status=True,
             columns=[
-                # docs/decisions.md §10: the condition that is True, not the last one whatever its status.
-                {
-                    "name": "State",
-                    "type": "string",
-                    "jsonPath": '.status.conditions[?(@.status=="True")].type',
-                },
+                state,
                 # docs/decisions.md §10: what the training pods last reported (the TrainJobStatus gate).
                 {
                     "name": "Progress %",
@@ -249,6 +248,30 @@ def build_crds() -> list[dict[str, Any]]:
             cluster_schema,
             False,
             [framework, age],
+        ),
+        _crd(
+            c.OPTIMIZATIONJOB_KIND,
+            "optimizationjobs",
+            "Namespaced",
+            ["oj"],
+            optimization_schema,
+            status=True,
+            # docs/optimization.md: the trials by state are ours (status.trials).
+            columns=[
+                state,
+                {"name": "Trials", "type": "integer", "jsonPath": ".spec.numTrials"},
+                {"name": "Parallel", "type": "integer", "jsonPath": ".spec.parallelTrials"},
+                {"name": "Succeeded", "type": "integer", "jsonPath": ".status.trials.succeeded"},
+                {"name": "Failed", "type": "integer", "jsonPath": ".status.trials.failed"},
+                {"name": "Running", "type": "integer", "jsonPath": ".status.trials.running"},
+                {
+                    "name": "Best",
+                    "type": "string",
+                    "description": "The TrainJob of the best trial so far",
+                    "jsonPath": ".status.result.trainJobName",
+                },
+                age,
+            ],
         ),
     ]
 
