@@ -701,13 +701,17 @@ class Bench:
 
         print(f"\n== steady state: {args.steady:.0f} s with {n} Running TrainJobs, one replica")
         mark = run.mark()
+        idle_cpu0 = run.controller.cpu_seconds()
         time.sleep(args.steady)
+        idle_cpu = (run.controller.cpu_seconds() - idle_cpu0) / args.steady
         steady = run.records(mark)
         writes = [r for r in steady if r.verb in WRITE_VERBS]
         print(
             f"  controller requests: {len(steady)} ({dict(Counter(r.verb for r in steady))}), "
-            f"writes {len(writes)} {dict(Counter((r.verb, r.resource) for r in writes))}"
+            f"writes {len(writes)} {dict(Counter((r.verb, r.resource) for r in writes))}; "
+            f"controller CPU {idle_cpu * 1000:.1f} ms a second"
         )
+        figures.rows["steady: controller CPU a second"] = f"{idle_cpu * 1000:.1f} ms"
         figures.rows[f"steady: writes in {args.steady:g} s"] = str(len(writes))
         self.target(run, controller, Target(f"writes in {args.steady:.0f} s of steady state", len(writes), 0))
 
