@@ -98,6 +98,11 @@ class JobSetPlugin:
                 return None  # being rebuilt (below): built afresh once it is gone
         jobset = build_jobset(info)
         if existing is not None and not jobset_update_allowed(existing, jobset):
+            if not (existing.get("spec") or {}).get("suspend"):
+                # Being suspended: its Jobs as they are, so JobSet's webhook takes the suspend;
+                # once suspended it is made again (below) if it still cannot take the rest.
+                jobset["spec"]["replicatedJobs"] = copy.deepcopy(existing["spec"]["replicatedJobs"])
+                return [jobset]
             # numNodes or resourcesPerNode changed while suspended (docs/decisions.md §resize):
             # JobSet's webhook refuses such an update, so the JobSet is made again.
             info.rebuild(existing)

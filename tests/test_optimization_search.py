@@ -366,3 +366,14 @@ def test_best_passes_over_trials_without_a_value() -> None:
     assert search.best("Minimize", []) is None
     with pytest.raises(ValueError):
         search.best("minimize", RESULTS)
+
+
+def test_a_stepped_int_loguniform_space_draws_each_of_its_distinct_points_alike() -> None:
+    from collections import Counter
+
+    parameters = [
+        {"name": "n", "searchSpace": {"logUniform": {"min": "1", "max": "10", "step": "1.1", "type": "Int"}}}
+    ]
+    drawn = Counter(search.random_assignment(parameters, 7, i)["n"] for i in range(5000))
+    assert set(drawn) == {str(k) for k in range(1, 11)}, "the rounded powers of 1.1 reach every integer"
+    assert max(drawn.values()) < 1.5 * min(drawn.values()), f"each point alike, not 1 most: {drawn}"

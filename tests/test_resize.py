@@ -119,3 +119,26 @@ def test_jobset_update_allowed_follows_the_jobset_webhook() -> None:
     image = copy.deepcopy(jobset)
     container(image, "node")["image"] = "other"
     assert not jobset_update_allowed(jobset, image)
+
+
+def test_a_running_jobset_that_cannot_take_the_change_is_suspended_as_it_is_first() -> None:
+    rt = runtime(ml_policy=TORCH)
+    cluster = render(rt, trainjob(trainer={"numNodes": 1}))
+    stored = copy.deepcopy(only(cluster, "JobSet"))
+    stored["metadata"]["uid"] = "js-uid"
+    trainjob_obj = copy.deepcopy(only(cluster, "TrainJob"))
+    facts = Facts()
+    for obj in [*cluster.facts.of_kind("ClusterTrainingRuntime"), *cluster.output()]:
+        if obj["kind"] in ("ClusterTrainingRuntime", "ConfigMap"):
+            facts.put(obj)
+    facts.put(stored)
+    # Suspended and resized in one update: the JobSet still runs the old size.
+    trainjob_obj["spec"].update(suspend=True, trainer={"numNodes": 2})
+    outcome = core.render(trainjob_obj, facts, framework.default(), "2026-01-01T00:00:00Z")
+    assert outcome.rebuild == [], "a running JobSet is not deleted"
+    (jobset,) = [o for o in outcome.objects if o["kind"] == "JobSet"]
+    assert jobset["spec"]["suspend"] is True
+    assert jobset["spec"]["replicatedJobs"] == stored["spec"]["replicatedJobs"], "its Jobs as they are"
+    stored["spec"]["suspend"] = True
+    suspended = core.render(trainjob_obj, facts, framework.default(), "2026-01-01T00:00:01Z")
+    assert [o["metadata"]["uid"] for o in suspended.rebuild] == ["js-uid"], "once suspended, made again"

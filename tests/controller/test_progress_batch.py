@@ -248,3 +248,75 @@ def test_a_first_report_that_waited_gives_the_start_time_it_was_seen_at_not_the_
         ], "the latest progress, started when the first report was seen (not 10:01, when it went out)"
 
     asyncio.run(scenario())
+
+
+def test_slots_given_back_early_do_not_hold_later_waits() -> None:
+    clock = Clock()
+    batch = ProgressBatch(1.0, 10.0, clock=clock)
+    keys = [("ns", f"gone-{i}") for i in range(100)]
+    for key in keys:
+        batch.held(key, ZERO)  # the last slot is 10.9 s away
+    for key in keys:
+        batch.forget(key)  # the TrainJobs went (or a condition wrote their status first)
+    clock.now += 5
+    assert batch.held(KEY, ZERO) == 1.0, "no one waits: the period alone, not the slot after 100 gone"
+    assert batch.held(("ns", "next"), ZERO) == pytest.approx(1.1), "and the next queues behind it"
+    batch.written(("ns", "next"))
+    assert batch.held(("ns", "after"), ZERO) == pytest.approx(1.1), "a slot given back from the end is reused"
+
+
+def test_only_a_wait_for_the_first_report_keeps_when_it_began() -> None:
+    batch = ProgressBatch(1.0, clock=Clock())
+    batch.held(KEY, ZERO, "2026-11-27T10:00:00Z")  # progress of a suspended TrainJob: no startTime
+    assert batch.began(KEY) is None
+    batch.written(KEY)
+    batch.held(KEY, ACTIVE, "2026-11-27T10:00:05Z")
+    assert batch.began(KEY) == "2026-11-27T10:00:05Z"
+
+
+def test_a_first_report_still_waiting_when_the_trainjob_finishes_keeps_its_start_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> None:
+        reconciler, client, wanted = _reconciler(monkeypatch, 5.0)
+        clock = iter(["2026-11-27T10:00:00Z", "2026-11-27T10:01:00Z"])
+        monkeypatch.setattr(reconciler_module, "utc_now", lambda: next(clock))
+        monkeypatch.setattr(
+            reconciler_module,
+            "render",
+            lambda tj, cache, fw, now: Outcome(status={**wanted[-1], "startTime": now}),
+        )
+        wanted.append(ZERO)
+        assert isinstance(await reconciler.reconcile(KEY), After), "the first report waits its turn"
+        wanted.append({**ZERO, "conditions": [{"type": "Complete", "status": "True"}]})
+        assert await reconciler.reconcile(KEY) is Next.DONE, "a condition is written at once"
+        assert client.patches[-1]["startTime"] == "2026-11-27T10:00:00Z", (
+            "started when first seen, not at the end"
+        )
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_child_write_is_retried_on_its_backoff_not_at_the_progress_slot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def scenario() -> None:
+        reconciler, client, wanted = _reconciler(monkeypatch, 60.0)
+        monkeypatch.setattr(
+            reconciler_module,
+            "render",
+            lambda *args: Outcome(status=wanted[-1], error="the ConfigMap was refused"),
+        )
+        wanted.append(ZERO)
+        assert await reconciler.reconcile(KEY) is Next.BACKOFF
+        assert client.patches == [], "the progress still waits its turn"
+
+    asyncio.run(scenario())
+
+
+def test_a_slot_that_was_used_stays_taken() -> None:
+    clock = Clock()
+    batch = ProgressBatch(0.0, 2.0, clock=clock)
+    assert batch.held(("ns", "a"), ZERO) is None, "no one ahead: at once"
+    batch.written(("ns", "a"))
+    assert batch.held(("ns", "b"), ZERO) == pytest.approx(0.5), "the next is spaced from the write that went"

@@ -210,3 +210,37 @@ def test_an_apply_that_creates_asks_for_create_as_well_as_patch() -> None:
         ("jobset.x-k8s.io", "jobsets", "create"),
     }
     assert rbac_audit.permissions_from_audit([record(200)], "op") == {("jobset.x-k8s.io", "jobsets", "patch")}
+
+
+class DeletingClient(RecordingClient):
+    """Answers a DELETE as the API server does: the object, marked for deletion, while its
+    dependents go first (Foreground); a Status once it is gone (Background, nothing to wait for)."""
+
+    async def delete(self, rtype: ResourceType, namespace: str | None, name: str, **kwargs: Any) -> Obj:
+        self.calls.append(("delete", rtype.plural, kwargs))
+        if kwargs.get("propagation") == "Foreground":
+            going = self._stored(self.existing[0])
+            going["metadata"].update(deletionTimestamp="2026-11-27T10:00:00Z", resourceVersion="100")
+            return going
+        return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
+
+
+def test_a_jobset_deleted_in_the_foreground_stays_in_the_cache_as_going() -> None:
+    """docs/decisions.md §resize: the reconcile after the delete must not build a new JobSet onto
+    the old one while its Jobs are still being deleted."""
+    observed = _jobset(True)
+    observed["metadata"].update(uid="js-1", resourceVersion="7")
+    for propagation, kept in (("Foreground", True), ("Background", False)):
+        cache = Cache()
+        cache.observe(copy.deepcopy(observed))
+        client = DeletingClient(existing=[copy.deepcopy(observed)])
+        writer = Writer(client, cache, Resources.of(fw.default()))  # type: ignore[arg-type]
+        report = WriteReport()
+        asyncio.run(writer.delete(copy.deepcopy(observed), report, propagation=propagation))
+        assert client.calls[-1][2]["propagation"] == propagation and client.calls[-1][2]["uid"] == "js-1"
+        found = cache.get("JobSet", "ns", "tj", group="jobset.x-k8s.io")
+        if kept:
+            assert found is not None and found["metadata"]["deletionTimestamp"]
+        else:
+            assert found is None
+        assert report.deleted == [("JobSet", "ns", "tj")]

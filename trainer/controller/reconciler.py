@@ -72,13 +72,14 @@ class ProgressBatch:
         self.qps = qps
         self.clock = clock
         self._due: dict[TrainJobKey, float] = {}  # when each waiting TrainJob's write goes out
-        self._began: dict[TrainJobKey, str] = {}  # the reconcile time its wait began at
+        self._began: dict[TrainJobKey, str] = {}  # when a wait for a first report began
         self._last_slot = -math.inf
 
     def held(self, key: TrainJobKey, patch: Obj | None, stamp: str = "") -> float | None:
         """Seconds this status patch still waits, or None to write it now. A wait that has run
         out stays run out until ``written``: a write the API server refused or the budget put
-        off is retried without waiting again. ``stamp``, the reconcile's time, is kept as ``began``."""
+        off is retried without waiting again. ``stamp``, the reconcile's time, is kept as ``began``
+        when the wait begins with the first report of the Jobs (a patch that sets startTime)."""
         if patch is None or not patch.keys() <= PROGRESS_FIELDS:
             return None
         if self.seconds <= 0 and self.qps <= 0:
@@ -91,7 +92,8 @@ class ProgressBatch:
                 due = max(due, self._last_slot + 1.0 / self.qps)
                 self._last_slot = due
             self._due[key] = due
-            self._began[key] = stamp
+            if patch.get("startTime") and stamp:
+                self._began[key] = stamp
         left = due - now
         return left if left > 0 else None
 
@@ -100,9 +102,15 @@ class ProgressBatch:
         return self._began.get(key) or None
 
     def written(self, key: TrainJobKey) -> None:
-        """The status was written (or there was nothing to write): the next progress waits afresh."""
-        self._due.pop(key, None)
+        """The status was written (or there was nothing to write): the next progress waits afresh.
+        A slot given back before its time (a condition wrote first, the TrainJob went) that no
+        one waits behind is given up: the next wait starts from the last slot still held, not
+        from one nobody will use."""
+        due = self._due.pop(key, None)
         self._began.pop(key, None)
+        if due is not None and due >= self._last_slot and due > self.clock():
+            # Given back before its time (a slot that was used stays taken: the spacing holds).
+            self._last_slot = max(self._due.values(), default=-math.inf)
 
     def forget(self, key: TrainJobKey) -> None:
         """The TrainJob is gone: a namesake made later waits afresh."""
@@ -324,15 +332,17 @@ class Reconciler:
         patch = status_patch(trainjob.get("status"), outcome.status)
         held = None if outcome.expired else self.progress.held(key, patch, now)
         if held is not None:
-            # Back within the wait, whatever else the outcome asks (a failure's backoff can be a
-            # minute): the error is already on status, this write only follows progress.
             self._tell(trainjob, outcome, report, status_written=False)
+            if write_error is not None or outcome.error is not None:
+                # The error is already on status; a child that could not be written is tried
+                # again on the failure's backoff, not when this progress write's turn comes.
+                return Next.BACKOFF
             return After(min(held, outcome.requeue_after if outcome.requeue_after is not None else held))
         began = self.progress.began(key)
-        if began and patch and patch.get("startTime") and outcome.status and patch.keys() <= PROGRESS_FIELDS:
-            # The first report of the Jobs waited its turn to be written: they started when the
-            # reconcile that began the wait saw them, not when the write went out.
-            outcome.status["startTime"] = began
+        if began and patch and patch.get("startTime") and outcome.status:
+            # The first report of the Jobs waited its turn to be written (a condition may have come
+            # meanwhile): the Jobs started when the reconcile that began the wait saw them.
+            outcome.status["startTime"] = min(began, str(patch["startTime"]))
         try:
             await self.writer.write_status(trainjob, outcome.status, report, wait=False)
             self.progress.written(key)

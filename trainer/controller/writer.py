@@ -126,8 +126,9 @@ class Writer:
         """Delete that object, that incarnation of it only: its uid is the precondition."""
         meta = observed["metadata"]
         kind, namespace, name = observed["kind"], meta.get("namespace") or "default", meta["name"]
+        stored: Obj | None = None
         try:
-            await self.client.delete(
+            stored = await self.client.delete(
                 self.resources.resource_of(observed),
                 namespace,
                 name,
@@ -137,7 +138,12 @@ class Writer:
         except ApiError as exc:
             if exc.code not in (404, 409):  # gone, or another object has the name now
                 raise
-        self.cache.forget(kind, namespace, name)
+        if stored and stored.get("kind") == kind and (stored.get("metadata") or {}).get("deletionTimestamp"):
+            # Still there, going (its dependents first, in the foreground): the next reconcile
+            # must see it so, not build a new one onto it (docs/decisions.md §resize).
+            self.cache.observe(_with_kind(stored, observed))
+        else:
+            self.cache.forget(kind, namespace, name)
         report.deleted.append((kind, namespace, name))
 
     async def delete_trainjob(self, trainjob: Obj, report: WriteReport) -> None:

@@ -143,6 +143,10 @@ def _draw(rng: random.Random, parameter: Mapping[str, Any]) -> str:
         return str(rng.choice(space["choices"]))
     space_ = _checked(parameter, numeric(space, kind))
     if space_.step is not None:
+        if space_.log:
+            # Its points, each once: the step's powers rounded (Int) or written (Float) can repeat.
+            points = list(_distinct(space_.text(value) for value in space_.lattice()))
+            return str(rng.choice(points))
         return space_.text(space_.point(rng.randrange(space_.lattice_size())))
     if space_.is_int:
         low, high = space_.int_low, space_.int_high
