@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 
 from render_helpers import container, env, only, render, rjob, runtime, trainjob
+from trainer.plugins.jobset import jobset_update_allowed
 
-from plugins.jobset import jobset_update_allowed
 from trainer.runtime import framework
 from trainer.runtime import render as core
 from trainer.runtime.info import Facts
