@@ -360,8 +360,20 @@ def test_two_replicas_converge_through_leader_kills_and_cut_links(
 
         thread = threading.Thread(target=run_chaos, name="chaos")
         thread.start()
+
+        def transitions() -> int:
+            return int(cluster.get(LEASE_API, "Lease", LEASE)["spec"].get("leaseTransitions") or 0)
+
+        # The last fifth arrive once leadership has moved, so that the replica that took over
+        # creates JobSets too (the first leader may have created all the others before a kill).
+        held_back = max(1, len(jobs) // 5)
+        first_transitions = int(first_lease.get("leaseTransitions") or 0)
         try:
             for i, (name, scenario) in enumerate(jobs):
+                if i == len(jobs) - held_back:
+                    wait(
+                        lambda: transitions() > first_transitions, form.converge_timeout, "leadership to move"
+                    )
                 cluster.create(trainjob(name, scenario, form.run_seconds))
                 if i % 8 == 7:
                     time.sleep(1.0)  # arrivals at about 8 per second
