@@ -4,6 +4,7 @@ and reach its JobSet, which is made again since JobSet's webhook holds its Jobs'
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 from render_helpers import container, env, only, render, rjob, runtime, trainjob
 from trainer.plugins.jobset import jobset_update_allowed
@@ -14,6 +15,17 @@ from trainer.runtime.info import Facts
 
 TORCH = {"numNodes": 1, "torch": {}}
 SUSPENDED_ONE = trainjob(suspend=True, trainer={"numNodes": 1})
+
+
+def _facts(cluster: Any, stored: dict[str, Any]) -> Facts:
+    """What the operator's cache holds for a rendered TrainJob: its runtime, its ConfigMaps (the
+    snapshot), and ``stored``, its JobSet as the API server keeps it."""
+    facts = Facts()
+    for obj in [*cluster.facts.of_kind("ClusterTrainingRuntime"), *cluster.output()]:
+        if obj["kind"] in ("ClusterTrainingRuntime", "ConfigMap"):
+            facts.put(obj)
+    facts.put(stored)
+    return facts
 
 
 def test_numnodes_changed_while_suspended_reaches_the_jobset_and_the_resumed_job_runs_with_it() -> None:
@@ -84,13 +96,7 @@ def test_the_render_core_asks_for_a_suspended_jobset_of_the_old_size_to_be_rebui
     stored["metadata"]["uid"] = "js-uid"
     stored["spec"]["replicatedJobs"][0]["template"]["spec"]["completionMode"] = "Indexed"  # a server default
     trainjob_obj = copy.deepcopy(only(cluster, "TrainJob"))
-    facts = Facts()
-    for obj in cluster.facts.of_kind("ClusterTrainingRuntime"):
-        facts.put(obj)
-    for obj in cluster.output():
-        if obj["kind"] == "ConfigMap":
-            facts.put(obj)
-    facts.put(stored)
+    facts = _facts(cluster, stored)
     same = core.render(trainjob_obj, facts, framework.default(), "2026-01-01T00:00:00Z")
     assert same.rebuild == [] and not same.error, "the stored JobSet, defaults and all, takes what is built"
     trainjob_obj["spec"]["trainer"]["numNodes"] = 2
@@ -127,11 +133,7 @@ def test_a_running_jobset_that_cannot_take_the_change_is_suspended_as_it_is_firs
     stored = copy.deepcopy(only(cluster, "JobSet"))
     stored["metadata"]["uid"] = "js-uid"
     trainjob_obj = copy.deepcopy(only(cluster, "TrainJob"))
-    facts = Facts()
-    for obj in [*cluster.facts.of_kind("ClusterTrainingRuntime"), *cluster.output()]:
-        if obj["kind"] in ("ClusterTrainingRuntime", "ConfigMap"):
-            facts.put(obj)
-    facts.put(stored)
+    facts = _facts(cluster, stored)
     # Suspended and resized in one update: the JobSet still runs the old size.
     trainjob_obj["spec"].update(suspend=True, trainer={"numNodes": 2})
     outcome = core.render(trainjob_obj, facts, framework.default(), "2026-01-01T00:00:00Z")

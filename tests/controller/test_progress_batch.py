@@ -174,6 +174,18 @@ def _reconciler(
     return reconciler, client, wanted
 
 
+def _stamping_render(monkeypatch: pytest.MonkeyPatch, wanted: list[Obj], *times: str) -> None:
+    """The reconciler's clock reads ``times`` in turn, and its render core stamps startTime with
+    the reconcile's now, as the real one does on a first report of the Jobs."""
+    clock = iter(times)
+    monkeypatch.setattr(reconciler_module, "utc_now", lambda: next(clock))
+    monkeypatch.setattr(
+        reconciler_module,
+        "render",
+        lambda tj, cache, fw, now: Outcome(status={**wanted[-1], "startTime": now}),
+    )
+
+
 def test_progress_seen_within_the_period_is_one_write_and_a_condition_is_written_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -229,13 +241,8 @@ def test_a_first_report_that_waited_gives_the_start_time_it_was_seen_at_not_the_
 ) -> None:
     async def scenario() -> None:
         reconciler, client, wanted = _reconciler(monkeypatch, 0.2)
-        clock = iter(["2026-11-27T10:00:00Z", "2026-11-27T10:00:30Z", "2026-11-27T10:01:00Z"])
-        monkeypatch.setattr(reconciler_module, "utc_now", lambda: next(clock))
-        # As the render core does: a first report of the Jobs sets startTime to the reconcile's now.
-        monkeypatch.setattr(
-            reconciler_module,
-            "render",
-            lambda tj, cache, fw, now: Outcome(status={**wanted[-1], "startTime": now}),
+        _stamping_render(
+            monkeypatch, wanted, "2026-11-27T10:00:00Z", "2026-11-27T10:00:30Z", "2026-11-27T10:01:00Z"
         )
         wanted.append(ZERO)
         assert isinstance(await reconciler.reconcile(KEY), After)
@@ -279,13 +286,7 @@ def test_a_first_report_still_waiting_when_the_trainjob_finishes_keeps_its_start
 ) -> None:
     async def scenario() -> None:
         reconciler, client, wanted = _reconciler(monkeypatch, 5.0)
-        clock = iter(["2026-11-27T10:00:00Z", "2026-11-27T10:01:00Z"])
-        monkeypatch.setattr(reconciler_module, "utc_now", lambda: next(clock))
-        monkeypatch.setattr(
-            reconciler_module,
-            "render",
-            lambda tj, cache, fw, now: Outcome(status={**wanted[-1], "startTime": now}),
-        )
+        _stamping_render(monkeypatch, wanted, "2026-11-27T10:00:00Z", "2026-11-27T10:01:00Z")
         wanted.append(ZERO)
         assert isinstance(await reconciler.reconcile(KEY), After), "the first report waits its turn"
         wanted.append({**ZERO, "conditions": [{"type": "Complete", "status": "True"}]})

@@ -210,11 +210,3 @@ class OptimizationJob(APIModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: Annotated[OptimizationJobSpec, Schema(rules=SPEC_RULES)]
     status: OptimizationJobStatus | None = None
-
-    @property
-    def name(self) -> str:
-        return str(self.metadata.get("name", ""))
-
-    @property
-    def namespace(self) -> str:
-        return str(self.metadata.get("namespace") or "default")
