@@ -66,3 +66,70 @@ def test_a_deleted_trainjobs_create_only_children_leave_the_cache() -> None:
     router.changed(resource("TrainJob"), "DELETED", trainjob("u1"))
     assert cache.get("Secret", "ns", "tj-mpi-ssh-auth") is None
     assert cache.get("Secret", "ns", "other-mpi-ssh-auth") is not None, "another TrainJob's stays"
+
+
+def jobset(uid: str, status: Obj) -> Obj:
+    obj = child("JobSet", "tj", uid, api_version="jobset.x-k8s.io/v1alpha2")
+    del obj["data"]
+    obj["spec"] = {"replicatedJobs": [{"name": "node", "replicas": 1}]}
+    obj["status"] = status
+    return obj
+
+
+def progress(active: int) -> Obj:
+    return {"replicatedJobsStatus": [{"name": "node", "active": active, "ready": 0}]}
+
+
+def routed(deferring: bool, before: Obj, after: Obj) -> bool:
+    """Whether the JobSet's change from ``before`` to ``after`` queues its TrainJob, when a
+    reconcile is (or is not) already set for when the TrainJob's progress write goes out."""
+    cache, queue = Cache(), WorkQueue()
+    router = Router(cache, queue, RESOURCES, deferring=lambda key: deferring and key == ("ns", "tj"))
+    router.changed(resource("TrainJob"), "ADDED", trainjob("u1"))
+    router.changed(resource("JobSet"), "ADDED", before)
+    queue._dirty.clear()
+    after["metadata"]["resourceVersion"] = "3"
+    router.changed(resource("JobSet"), "MODIFIED", after)
+    assert cache.get("JobSet", "ns", "tj", "jobset.x-k8s.io")["metadata"]["resourceVersion"] == "3"
+    return ("ns", "tj") in queue._dirty
+
+
+def test_progress_of_a_jobset_waits_for_the_reconcile_already_set_for_its_trainjobs_write() -> None:
+    """docs/decisions.md §batch: while a TrainJob's progress write waits its turn, its JobSet's
+    further progress does not each cost a reconcile: the one set for the turn reads it then."""
+    assert not routed(True, jobset("u1", progress(1)), jobset("u1", progress(2)))
+    assert routed(False, jobset("u1", progress(1)), jobset("u1", progress(2))), "nothing waiting"
+
+
+def test_a_jobset_change_beyond_progress_is_reconciled_at_once_even_while_a_write_waits() -> None:
+    done = {**progress(0), "conditions": [{"type": "Completed", "status": "True"}]}
+    assert routed(True, jobset("u1", progress(1)), jobset("u1", done)), "a condition never waits"
+    respec = jobset("u1", progress(2))
+    respec["spec"]["suspend"] = True
+    assert routed(True, jobset("u1", progress(1)), respec), "its spec changed"
+    relabelled = jobset("u1", progress(2))
+    relabelled["metadata"]["labels"] = {"a": "b"}
+    assert routed(True, jobset("u1", progress(1)), relabelled), "its metadata changed"
+
+
+def test_the_echo_of_a_write_of_ours_reconciles_nothing() -> None:
+    """The writer keeps what each write returned (controller/writer.py): when the watch brings
+    that same version back, the reconcile that wrote it already had it, so it queues nothing.
+    A version the cache did not hold is a change, and is reconciled."""
+    cache, queue = Cache(), WorkQueue()
+    router = Router(cache, queue, RESOURCES)
+    router.changed(resource("TrainJob"), "ADDED", trainjob("u1"))
+    queue._dirty.clear()
+    written = {**trainjob("u1"), "status": {"conditions": []}}
+    written["metadata"] = {**written["metadata"], "resourceVersion": "5"}
+    cache.observe(written)  # what the status write returned
+    router.changed(resource("TrainJob"), "MODIFIED", {**written, "metadata": dict(written["metadata"])})
+    assert not queue._dirty, "its own echo"
+    stored = jobset("u1", progress(0))
+    cache.observe(stored)
+    router.changed(resource("JobSet"), "ADDED", jobset("u1", progress(0)))
+    assert not queue._dirty, "the JobSet it created, echoed"
+    newer = jobset("u1", progress(1))
+    newer["metadata"]["resourceVersion"] = "6"
+    router.changed(resource("JobSet"), "MODIFIED", newer)
+    assert ("ns", "tj") in queue._dirty, "the JobSet's controller moved it on"

@@ -294,6 +294,7 @@ class Operator:
         )
         reconciler.progress.seconds = self.config.controller.progress_batch_seconds
         reconciler.progress.qps = self.config.controller.progress_qps
+        self.router.deferring = reconciler.deferring
         self.running = running = Running(
             credentials,
             client,

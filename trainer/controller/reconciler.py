@@ -97,6 +97,11 @@ class ProgressBatch:
         left = due - now
         return left if left > 0 else None
 
+    def waiting_on(self, key: TrainJobKey) -> bool:
+        """Whether the TrainJob's progress write is waiting its turn (not yet due)."""
+        due = self._due.get(key)
+        return due is not None and due > self.clock()
+
     def began(self, key: TrainJobKey) -> str | None:
         """When the TrainJob's wait began (the ``now`` of the reconcile that first held it)."""
         return self._began.get(key) or None
@@ -169,6 +174,10 @@ class WorkQueue:
         self._timers.pop(key, None)
         self.add(key)
 
+    def scheduled(self, key: TrainJobKey) -> bool:
+        """Whether a delayed add of the key is pending: it will be reconciled when that fires."""
+        return key in self._timers
+
     def add_rate_limited(self, key: TrainJobKey) -> None:
         if self.metrics is not None:
             self.metrics.wq_retries.labels(controller=CONTROLLER, name=CONTROLLER).inc()
@@ -239,6 +248,13 @@ class Reconciler:
         # re-created for a running TrainJob is not another TrainJob created (nor a sample of the
         # creation-to-JobSet latency).
         self._counted: dict[TrainJobKey, str] = {}
+
+    def deferring(self, key: TrainJobKey) -> bool:
+        """docs/decisions.md §batch: whether a change that only moves the TrainJob's progress can
+        wait for the reconcile already set for when its status write's turn comes (a timer is
+        pending, and that reconcile reads the cache as it is then). Held, such a change would be
+        a whole reconcile that ends by holding the write again."""
+        return self.progress.waiting_on(key) and self.queue.scheduled(key)
 
     async def worker(self) -> None:
         while True:

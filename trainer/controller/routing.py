@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from trainer.api import constants as c
 from trainer.api.objects import Obj
-from trainer.controller.cache import Cache, owner_trainjob, slim
+from trainer.controller.cache import Cache, TrainJobKey, owner_trainjob, slim
 from trainer.controller.reconciler import WorkQueue
 from trainer.controller.resources import Resource, Resources, Role
 from trainer.controller.runtime_finalizers import RuntimeFinalizers
@@ -36,6 +36,9 @@ class Router:
     namespaces: Collection[str] = ()  # the namespaces served; none: the whole cluster
     # Told of every runtime seen (controller/runtime_finalizers.py), when the operator has one.
     runtime_finalizers: RuntimeFinalizers | None = None
+    # Whether a TrainJob's reconcile is already set for when its progress write goes out
+    # (``Reconciler.deferring``): a child's change that only moves progress waits for it.
+    deferring: Callable[[TrainJobKey], bool] | None = None
     # Objects kept slim that name a TrainJob controller the cache did not hold then, by that uid:
     # when the TrainJob arrives they are read again, whole (its children, seen first by a watch).
     _slim_for: dict[str, list[tuple[str, str | None, str, str]]] = field(default_factory=dict, repr=False)
@@ -90,10 +93,31 @@ class Router:
             if resource.role is Role.TRAINJOB:
                 self._forget_unwatched_children(obj)
         else:
-            self.cache.observe(self._kept(resource, obj))
+            before = self._cached(resource, obj)
+            self.cache.observe(kept := self._kept(resource, obj))
             if resource.role is Role.TRAINJOB:
                 self._arrived(obj)
+            if before is not None:
+                version = meta.get("resourceVersion")
+                if version and (before.get("metadata") or {}).get("resourceVersion") == version:
+                    # The cache held this very version: a write of ours returned it (this is the
+                    # write's echo) or a read found it, and the reconcile that wrote or read it
+                    # had it. A LIST treats it so too (Cache.replace): no change, no reconcile.
+                    return
+                if resource.role is Role.CHILD and self.deferring is not None and progress_only(before, kept):
+                    owner = owner_trainjob(kept)
+                    if owner is not None and self.deferring(owner):
+                        return
         self._concerns(resource, obj, deleted=deleted)
+
+    def _cached(self, resource: Resource, obj: Obj) -> Obj | None:
+        """What the cache holds of a TrainJob's or a child's name, before this event."""
+        meta = obj["metadata"]
+        if resource.role is Role.TRAINJOB:
+            return self.cache.trainjob((meta.get("namespace") or "default", meta["name"]))
+        if resource.role is Role.CHILD:
+            return self.cache.get(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
+        return None
 
     def _arrived(self, trainjob: Obj) -> None:
         """Its children the cache keeps slim (seen before it) are forgotten: the next reconcile
@@ -164,6 +188,26 @@ class Router:
                 continue
             if self.cache.get("ConfigMap", key[0], key[1] + c.RUNTIME_SNAPSHOT_SUFFIX) is None:
                 self.queue.add(key)
+
+
+def progress_only(before: Obj, after: Obj) -> bool:
+    """Whether a child's change is confined to its status, its conditions as they were: what a
+    TrainJob's status takes from it then is progress (``jobsStatus``, ``startTime``), never a
+    condition (plugins/jobset.py ``jobset_status``), so it can wait its turn (docs/decisions.md
+    §batch). A child kept slim has no status to judge by, and is never taken to be one."""
+    old_status, new_status = before.get("status"), after.get("status")
+    if not isinstance(old_status, dict) or not isinstance(new_status, dict):
+        return False
+    if old_status.get("conditions") != new_status.get("conditions"):
+        return False
+    if before.get("spec") != after.get("spec"):
+        return False
+    old_meta = {k: v for k, v in (before.get("metadata") or {}).items() if k not in _VERSION_FIELDS}
+    new_meta = {k: v for k, v in (after.get("metadata") or {}).items() if k not in _VERSION_FIELDS}
+    return old_meta == new_meta
+
+
+_VERSION_FIELDS = frozenset({"resourceVersion", "managedFields"})
 
 
 def owner_trainjob_uid(obj: Obj) -> str | None:
