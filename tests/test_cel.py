@@ -70,6 +70,7 @@ OPT_RULES = {
         opt.ONE_ALGORITHM,
         opt.TEMPLATE_METADATA,
         opt.PARALLEL_WITHIN_TRIALS,
+        opt.MAX_FAILED_WITHIN_TRIALS,
         opt.GRID_ENUMERABLE,
     )
 }

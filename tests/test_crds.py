@@ -89,14 +89,15 @@ def test_the_four_crds() -> None:
 
 
 def test_optimizationjob_status_subresource_and_columns() -> None:
-    """docs/optimization.md: State as a TrainJob's, the trial counts (ours), the best trial."""
+    """docs/optimization.md: State (the last condition: Created, Running, then Succeeded or
+    Failed), the trial counts (ours), the best trial."""
     crd = yaml.safe_load((CRDS / "trainer.kubeflow.org_optimizationjobs.yaml").read_text())
     assert crd["spec"]["scope"] == "Namespaced"
     assert crd["spec"]["names"]["shortNames"] == ["oj"]
     version = crd["spec"]["versions"][0]
     assert version["subresources"] == {"status": {}}
     assert [(c["name"], c["jsonPath"]) for c in version["additionalPrinterColumns"]] == [
-        ("State", '.status.conditions[?(@.status=="True")].type'),
+        ("State", ".status.conditions[-1:].type"),
         ("Trials", ".spec.numTrials"),
         ("Parallel", ".spec.parallelTrials"),
         ("Succeeded", ".status.trials.succeeded"),

@@ -209,6 +209,21 @@ def test_trial_counts_are_1_to_100(field: str, value: int) -> None:
     assert f"spec.{field}" in [p for p, _ in refused(optimizationjob(**{field: value}))]
 
 
+def test_max_failed_trials_is_ours_optional_and_within_num_trials() -> None:
+    """Ours (docs/optimization.md): unset, no bound but numTrials; 0 fails the search at the first
+    failed trial; one above numTrials is refused, as a parallelTrials above it is."""
+    assert "maxFailedTrials" not in admitted(optimizationjob(numTrials=4))["spec"]
+    admitted(optimizationjob(numTrials=4, maxFailedTrials=0))
+    admitted(optimizationjob(numTrials=4, maxFailedTrials=4))
+    assert refused(optimizationjob(numTrials=4, maxFailedTrials=5)) == [
+        ("spec", "maxFailedTrials cannot exceed numTrials")
+    ]
+    assert "spec.maxFailedTrials" in [p for p, _ in refused(optimizationjob(maxFailedTrials=-1))]
+    assert "spec.maxFailedTrials" in [
+        p for p, _ in refused(optimizationjob(numTrials=100, maxFailedTrials=101))
+    ]
+
+
 # --- the template ---
 
 

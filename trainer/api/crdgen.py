@@ -258,7 +258,10 @@ def build_crds() -> list[dict[str, Any]]:
             status=True,
             # docs/optimization.md: the trials by state are ours (status.trials).
             columns=[
-                state,
+                # Created stays True while Running is, and Succeeded or Failed come last (the
+                # controller adds them in that order: trainer/optimization/plan.py): the last
+                # condition is the state, where the True ones would read "Created Running".
+                {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type"},
                 {"name": "Trials", "type": "integer", "jsonPath": ".spec.numTrials"},
                 {"name": "Parallel", "type": "integer", "jsonPath": ".spec.parallelTrials"},
                 {"name": "Succeeded", "type": "integer", "jsonPath": ".status.trials.succeeded"},

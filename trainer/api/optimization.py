@@ -54,6 +54,11 @@ SPEC_IMMUTABLE = Rule(
 PARALLEL_WITHIN_TRIALS = Rule(
     "self.parallelTrials <= self.numTrials", "parallelTrials cannot exceed numTrials"
 )
+# Ours (docs/optimization.md), as parallelTrials' rule is: a bound numTrials never reaches is a typo.
+MAX_FAILED_WITHIN_TRIALS = Rule(
+    "!has(self.maxFailedTrials) || self.maxFailedTrials <= self.numTrials",
+    "maxFailedTrials cannot exceed numTrials",
+)
 # Ours (docs/optimization.md): upstream's grid takes categorical parameters only; a numeric one
 # with a step is a finite lattice, so a grid can enumerate it too.
 GRID_ENUMERABLE = Rule(
@@ -81,8 +86,8 @@ class GridAlgorithm(APIModel):
     """Every combination of the parameters' values, in a fixed order, until numTrials or the end."""
 
 
-# Ours (docs/optimization.md): Bayesian search (tree-structured Parzen estimators), run later by
-# optuna; upstream defers it to its phase 2.
+# Ours (docs/optimization.md): Bayesian search (tree-structured Parzen estimators), run by optuna
+# (trainer/optimization/tpe.py); upstream defers it to its phase 2.
 class TPEAlgorithm(APIModel):
     """Samples guided by the results of the trials before; the seed makes it repeatable."""
 
@@ -160,10 +165,14 @@ class OptimizationJobSpec(APIModel):
     parallel_trials: Annotated[int, Schema(default=1, format="int32", minimum=1, maximum=100)] = Field(
         1, alias="parallelTrials"
     )
+    # Ours (docs/optimization.md): a bound on failed trials; unset, only numTrials bounds them.
+    max_failed_trials: Annotated[int | None, Schema(format="int32", minimum=0, maximum=100)] = Field(
+        None, alias="maxFailedTrials"
+    )
     train_job_template: TrainJobTemplate = Field(alias="trainJobTemplate")
 
 
-SPEC_RULES = (SPEC_IMMUTABLE, PARALLEL_WITHIN_TRIALS, GRID_ENUMERABLE)
+SPEC_RULES = (SPEC_IMMUTABLE, PARALLEL_WITHIN_TRIALS, MAX_FAILED_WITHIN_TRIALS, GRID_ENUMERABLE)
 
 
 # --- status ---

@@ -4,7 +4,8 @@
 server and the operator play on a cluster, without I/O: admission of each object as a create or
 an update, server-set metadata, and the children each reconcile writes, which later reconciles
 see (so a running JobSet stays frozen, and a runtime changed later does not touch a TrainJob
-that already has its snapshot).
+that already has its snapshot). An OptimizationJob makes its first wave of trial TrainJobs, each
+then admitted and reconciled as any TrainJob is (docs/optimization.md, "trainer render").
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ CHILD_ORDER = {"JobSet": 0, "ConfigMap": 1, "Secret": 2, "PodGroup": 3}
 def trainjob_uid(namespace: str, name: str) -> str:
     """A stable uid, so the same input renders to the same bytes."""
     return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{namespace}/{name}"))
+
+
+def optimizationjob_uid(namespace: str, name: str) -> str:
+    """A stable uid for an OptimizationJob, not the uid a TrainJob of the same name gets."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"{c.OPTIMIZATIONJOB_KIND}/{namespace}/{name}"))
 
 
 def generated_name(prefix: str, ordinal: int) -> str:
@@ -79,6 +85,9 @@ class OfflineCluster:
     now: str = "1970-01-01T00:00:00Z"
     facts: Facts = field(default_factory=Facts)
     trainjobs: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    optimizationjobs: dict[tuple[str, str], Obj] = field(default_factory=dict)
+    # (kind, namespace, name) of each TrainJob and OptimizationJob, in first-applied order.
+    roots: list[tuple[str, str, str]] = field(default_factory=list)
     children: dict[tuple[str, str], dict[tuple[str, str, str], Obj]] = field(default_factory=dict)
     applied: set[tuple[str, str, str]] = field(default_factory=set)
     refusals: list[Refusal] = field(default_factory=list)
@@ -185,6 +194,9 @@ class OfflineCluster:
         else:
             meta.pop("namespace", None)
         namespace = meta.get("namespace")
+        if kind == c.OPTIMIZATIONJOB_KIND:
+            self._apply_optimizationjob(obj, namespace, name)
+            return
         if kind not in KINDS:
             self.refusals.append(
                 Refusal(
@@ -214,7 +226,59 @@ class OfflineCluster:
     def _stored(self, kind: str, namespace: str | None, name: str) -> Obj | None:
         if kind == c.TRAINJOB_KIND:
             return self.trainjobs.get((namespace or "default", name))
+        if kind == c.OPTIMIZATIONJOB_KIND:
+            return self.optimizationjobs.get((namespace or "default", name))
         return self.facts.get(kind, namespace, name)
+
+    def _apply_optimizationjob(self, obj: Obj, namespace: str, name: str) -> None:
+        """Admit an OptimizationJob as the API server and its webhook would (the CRD's schema and
+        rules, then ``validate_optimizationjob``), then take the controller's first step: the
+        first wave of trials (``plan`` with none yet), each applied as a TrainJob, so the TrainJob
+        webhook judges the template and each trial renders as any TrainJob does. Its status is
+        what ``plan`` gives once those trials exist."""
+        from trainer.admission.admit import check_schema, check_version
+        from trainer.apimachinery.formats import integer_overflows
+        from trainer.apimachinery.openapi import schemas
+        from trainer.optimization.plan import plan
+        from trainer.optimization.validation import validate_optimizationjob
+
+        kind = c.OPTIMIZATIONJOB_KIND
+        key = (kind, namespace, name)
+        old = self._stored(kind, namespace, name) if key in self.applied else None
+        obj.pop("status", None)
+        try:
+            check_version(obj)
+            admitted = check_schema(obj, old, self.now)
+            errors = integer_overflows(schemas()[kind], admitted) or validate_optimizationjob(admitted)
+            if errors:
+                raise AdmissionError(errors)
+        except AdmissionError as exc:
+            self.refusals.append(Refusal(kind, namespace, name, exc.errors))
+            return
+        self.applied.add(key)
+        meta = admitted["metadata"]
+        if old is not None:
+            meta["uid"] = old["metadata"]["uid"]
+            meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            if old.get("status"):
+                admitted["status"] = old["status"]
+        else:
+            meta["uid"] = optimizationjob_uid(namespace, name)
+            meta["creationTimestamp"] = self.now
+            self.roots.append(key)
+        self.optimizationjobs[(namespace, name)] = admitted
+        if not self.reconcile:
+            return
+
+        def trials() -> list[Obj]:
+            return [tj for (ns, _), tj in self.trainjobs.items() if ns == namespace]
+
+        first = plan(admitted, trials(), self.now)
+        for trial in first.create:
+            self.apply(trial)
+        admitted["status"] = first.status
+        # The controller's next step, once it sees those trials: the status it writes then.
+        admitted["status"] = plan(admitted, trials(), self.now).status
 
     def _store_trainjob(self, admitted: Obj, old: Obj | None) -> None:
         meta = admitted["metadata"]
@@ -227,6 +291,8 @@ class OfflineCluster:
         else:
             meta["uid"] = trainjob_uid(namespace, name)
             meta["creationTimestamp"] = self.now
+        if (namespace, name) not in self.trainjobs:
+            self.roots.append((c.TRAINJOB_KIND, namespace, name))
         self.trainjobs[(namespace, name)] = admitted
         if self.reconcile:
             self._reconcile(admitted)
@@ -300,9 +366,15 @@ class OfflineCluster:
         return None
 
     def output(self) -> list[Obj]:
-        """Each TrainJob once, in first-applied order, then its children in a fixed order."""
+        """Each TrainJob and OptimizationJob once, in first-applied order, each TrainJob followed by
+        its children in a fixed order (an OptimizationJob's trials follow it: they are applied
+        right after it)."""
         items: list[Obj] = []
-        for (namespace, name), trainjob in self.trainjobs.items():
+        for kind, namespace, name in self.roots:
+            if kind == c.OPTIMIZATIONJOB_KIND:
+                items.append(self.optimizationjobs[(namespace, name)])
+                continue
+            trainjob = self.trainjobs[(namespace, name)]
             items.append(trainjob)
             children = self.children.get((namespace, name), {})
             items.extend(
