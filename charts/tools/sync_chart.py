@@ -83,8 +83,9 @@ build (trainer/controller/resources.py; each plugin's `kinds`): the operator's o
 render core's first, then each built-in plugin's rules, granted only while the plugin is on. Read kinds are listed and watched; built ones also created, patched
 and deleted as declared. tests/chart/test_chart_install.py runs the operator on a real kube-apiserver
 and fails when it made a call these rules do not grant, or these rules grant one it never made.
-`update` on trainjobs/finalizers is the one rule no call uses: the API server asks it of a client
-that sets blockOwnerDeletion on an ownerReference to a TrainJob (OwnerReferencesPermissionEnforcement).
+`update` on trainjobs/finalizers and optimizationjobs/finalizers are the rules no call uses: the API
+server asks them of a client that sets blockOwnerDeletion on an ownerReference to a TrainJob or an
+OptimizationJob (OwnerReferencesPermissionEnforcement).
 No wildcards. Do not edit by hand.
 */ -}}
 {{- $disabled := .Values.manager.config.plugins.disabled | default list }}

@@ -773,6 +773,21 @@ def run_scenario(server: Cluster, operator_user: str, mark: int = 0) -> Scenario
     )
     # Gone a second after it completes (docs/decisions.md §ttl): the operator deletes the TrainJob.
     server.create(trainjob("short-lived", "torch-distributed", numNodes=1, ttlSecondsAfterFinished=1))
+    # A search (docs/optimization.md): the operator creates its trial, a TrainJob it owns with
+    # blockOwnerDeletion, and writes the search's status.
+    template = trainjob("unused", "torch-distributed", numNodes=1)
+    server.create(
+        {
+            "apiVersion": TRAINER_API,
+            "kind": "OptimizationJob",
+            "metadata": {"name": "search", "namespace": ns},
+            "spec": {
+                "objectives": [{"metric": "loss"}],
+                "parameters": [{"name": "lr", "searchSpace": {"uniform": {"min": "0.1", "max": "0.2"}}}],
+                "trainJobTemplate": {"spec": template["spec"]},
+            },
+        }
+    )
     refusal = ""
     try:
         server.create(trainjob("refused", "no-such-runtime"))
@@ -846,8 +861,20 @@ def run_scenario(server: Cluster, operator_user: str, mark: int = 0) -> Scenario
             ),
         )
 
+    wait_for(
+        "the search's trial counted",
+        lambda: (
+            (
+                (server.get(TRAINER_API, "OptimizationJob", "search", ns).get("status") or {}).get("trials")
+                or {}
+            ).get("created")
+            == 1
+        ),
+    )
+
     # What the operator created, while it all exists (for the ownerReference permissions).
     kinds = [("v1", "ConfigMap"), ("v1", "Secret"), ("v1", "Event"), (JOBSET_API, "JobSet")]
+    kinds.append((TRAINER_API, "TrainJob"))  # a search's trials
     kinds += [(api, "PodGroup") for api in PODGROUP_APIS.values()]
     # Its creates, and its server-side applies that created (a patch answered 201), each under the
     # field manager it named, else the one its user agent makes.
@@ -905,7 +932,10 @@ def _get(server: Cluster, api_version: str, kind: str, name: str) -> Obj | None:
 
 # --- one installed release with its operator running ---------------------------------------------
 
-OWNER_KINDS = {(TRAINER_API, "TrainJob"): rbac_audit.OwnerKind("trainer.kubeflow.org", "trainjobs")}
+OWNER_KINDS = {
+    (TRAINER_API, "TrainJob"): rbac_audit.OwnerKind("trainer.kubeflow.org", "trainjobs"),
+    (TRAINER_API, "OptimizationJob"): rbac_audit.OwnerKind("trainer.kubeflow.org", "optimizationjobs"),
+}
 
 
 @dataclass

@@ -53,6 +53,7 @@ def test_the_table_is_what_the_enabled_plugins_declare() -> None:
             (c.GROUP, "trainjobs"),
             (c.GROUP, "trainingruntimes"),
             (c.GROUP, "clustertrainingruntimes"),
+            (c.GROUP, "optimizationjobs"),  # the searches (docs/optimization.md)
             ("", "configmaps"),  # the core's snapshot, MPI's hostfile, Flux's entrypoint
             ("jobset.x-k8s.io", "jobsets"),
             ("scheduling.x-k8s.io", "podgroups"),
@@ -197,5 +198,9 @@ def test_kopf_watches_nothing_and_our_kinds_have_webhooks() -> None:
         kopf_resource = KopfResource(group=r.type.group, version=r.type.version, plural=r.type.plural)
         assert list(settings.watching.label_selectors.collect(kopf_resource)) == []
     webhooks = {h.id for h in registry._webhooks.get_all_handlers()}
-    assert webhooks == {f"{prefix}.{r.kind.lower()}" for r in OWN for prefix in ("validator", "defaulter")}
+    assert webhooks == {
+        f"{prefix}.{r.kind.lower()}" for r in OWN for prefix in ("validator", "defaulter")
+    } | {
+        "validator.optimizationjob"  # validated only: its trials are defaulted as TrainJobs
+    }
     assert {r.kind for r in OWN} == {"TrainJob", "TrainingRuntime", "ClusterTrainingRuntime"}

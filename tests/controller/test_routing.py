@@ -133,3 +133,55 @@ def test_the_echo_of_a_write_of_ours_reconciles_nothing() -> None:
     newer["metadata"]["resourceVersion"] = "6"
     router.changed(resource("JobSet"), "MODIFIED", newer)
     assert ("ns", "tj") in queue._dirty, "the JobSet's controller moved it on"
+
+
+def test_a_trials_every_change_queues_its_search_even_the_echo_of_our_own_write() -> None:
+    """A trial's status write by the TrainJob reconciler comes back as an echo, which queues no
+    TrainJob reconcile; the trial's OptimizationJob must still hear of it (it reads the trial's
+    conditions and metrics). A TrainJob no search owns queues none."""
+    from trainer.controller.optimization import OptimizationReconciler
+    from trainer.controller.resources import OPTIMIZATIONJOBS
+
+    cache, queue = Cache(), WorkQueue()
+    router = Router(cache, queue, RESOURCES)
+    router.optimizer = optimizer = OptimizationReconciler(None, cache, None, queue)  # type: ignore[arg-type]
+    search = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "OptimizationJob",
+        "metadata": {"name": "tune", "namespace": "ns", "uid": "o1", "resourceVersion": "1"},
+        "spec": {},
+    }
+    router.changed(OPTIMIZATIONJOBS, "ADDED", search)
+    assert ("ns", "tune") in optimizer.queue._dirty
+    optimizer.queue._dirty.clear()
+    router.changed(OPTIMIZATIONJOBS, "MODIFIED", {**search, "metadata": dict(search["metadata"])})
+    assert not optimizer.queue._dirty, "the echo of its own status write"
+
+    trial = trainjob("u1")
+    trial["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "OptimizationJob",
+            "name": "tune",
+            "uid": "o1",
+            "controller": True,
+        }
+    ]
+    router.changed(resource("TrainJob"), "ADDED", trial)
+    assert ("ns", "tune") in optimizer.queue._dirty
+    optimizer.queue._dirty.clear()
+    cache.observe({**trial, "metadata": {**trial["metadata"], "resourceVersion": "7"}})
+    router.changed(
+        resource("TrainJob"), "MODIFIED", {**trial, "metadata": {**trial["metadata"], "resourceVersion": "7"}}
+    )
+    assert ("ns", "tune") in optimizer.queue._dirty, "an echo of a trial's status write"
+    optimizer.queue._dirty.clear()
+    router.changed(
+        resource("TrainJob"),
+        "MODIFIED",
+        {
+            **trainjob("u2"),
+            "metadata": {**trainjob("u2")["metadata"], "name": "other", "resourceVersion": "9"},
+        },
+    )
+    assert not optimizer.queue._dirty, "no search owns it"

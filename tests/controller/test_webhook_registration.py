@@ -29,7 +29,7 @@ from trainer.controller.client import ApiClient, ApiError
 from trainer.controller.config import Configuration, Webhook
 from trainer.controller.credentials import Credentials
 from trainer.controller.operator import Operator, running_in_cluster
-from trainer.controller.resources import OWN
+from trainer.controller.resources import validated
 from trainer.controller.webhook_server import (
     CONFIGURATION_NAME,
     DELETE_COMMAND,
@@ -58,7 +58,7 @@ def test_the_configurations_are_what_kopfs_manager_wrote_for_the_operators_handl
         references.Resource(
             group=r.type.group, version=r.type.version, plural=r.type.plural, namespaced=r.type.namespaced
         )
-        for r in OWN
+        for r in validated()
     ]
     written = dict(((rtype.plural, obj["kind"]), obj) for rtype, obj in configurations(URL, CA))
     for reason, kind in (

@@ -315,3 +315,61 @@ def test_the_sdk_trains_and_reads_the_training_log(
     sdk_logs = "\n".join(client.get_job_logs(name))
     assert "sdk-training rank 0 of 2 node 0" in sdk_logs, sdk_logs[-2000:]
     assert "sdk-training rank 1 of 2 node 1" in logs(kubectl, name)
+
+
+def test_a_search_whose_training_reports_its_metric_finds_the_best(
+    operator: OperatorProcess, kubectl: Kubectl
+) -> None:
+    """docs/optimization.md on real nodes: each trial's script reads its value from the env var the
+    operator gives it and reports its metric through the status server with the Kubeflow SDK, as
+    a user's would; the search ends with the best trial, and `kubectl get` shows it."""
+    train = textwrap.dedent(
+        """
+        import os, time
+        from kubeflow.trainer import update_trainjob_status
+        x = float(os.environ["KUBEFLOW_TRAINER_OPT_X"])
+        sent = update_trainjob_status(metrics={"score": -((x - 0.5) ** 2)})
+        print(f"x={x} reported={sent}", flush=True)
+        time.sleep(2)
+        """
+    )
+    kubectl.apply(
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "OptimizationJob",
+            "metadata": {"name": "tune"},
+            "spec": {
+                "objectives": [{"metric": "score", "direction": "Maximize"}],
+                "searchAlgorithm": {"grid": {}},
+                "parameters": [
+                    {"name": "x", "searchSpace": {"categorical": {"choices": ["0.1", "0.5", "0.9"]}}}
+                ],
+                "numTrials": 3,
+                "parallelTrials": 2,
+                "trainJobTemplate": {
+                    "spec": {
+                        "runtimeRef": {"name": "torch-distributed"},
+                        "trainer": {"numNodes": 1, "command": script_command(train, "python /tmp/main.py")},
+                    }
+                },
+            },
+        }
+    )
+
+    def ended() -> str:
+        conditions = (kubectl.get("optimizationjob", "tune").get("status") or {}).get("conditions") or []
+        return next(
+            (c["type"] for c in conditions if c["type"] in ("Succeeded", "Failed") and c["status"] == "True"),
+            "",
+        )
+
+    assert kubectl.wait_for("the search to end", ended, timeout=300) == "Succeeded", kubectl.get(
+        "optimizationjob", "tune"
+    )
+    status = kubectl.get("optimizationjob", "tune")["status"]
+    assert status["result"]["parameters"] == [{"name": "x", "value": "0.5"}], status
+    assert status["trials"] == {"created": 3, "running": 0, "succeeded": 3, "failed": 0}, status
+    best = status["result"]["trainJobName"]
+    assert "reported=True" in logs(kubectl, best)
+    shown = kubectl("get", "optimizationjobs", "tune", "--no-headers").split()
+    assert shown[0] == "tune" and shown[1] == "Succeeded" and best in shown, shown

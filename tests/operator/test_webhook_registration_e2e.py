@@ -29,7 +29,7 @@ ADMISSION = "admissionregistration.k8s.io/v1"
 KINDS = ("ValidatingWebhookConfiguration", "MutatingWebhookConfiguration")
 NAME = "trainer.kubeflow.org"
 WEBHOOKS = (
-    "validator.trainjob, validator.trainingruntime, validator.clustertrainingruntime, "
+    "validator.trainjob, validator.trainingruntime, validator.clustertrainingruntime, validator.optimizationjob, "
     "defaulter.trainjob, defaulter.trainingruntime, defaulter.clustertrainingruntime"
 )
 

@@ -14,6 +14,7 @@ our copy of the schema there again could only refuse what the server accepted.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import enum
 import json
 from typing import Any
@@ -245,13 +246,13 @@ def admit(
     AdmissionError with every reason found.
     """
     if not mode.checks_schema:
-        return _webhook_rules(old, facts, framework, obj)
+        return _webhook_rules(old, facts, framework, obj, now)
     hinted = hints(obj)
     try:
         check_version(obj)
         check_metadata(obj)
         admitted = check_schema(obj, old, now)
-        return _webhook_rules(old, facts, framework, admitted)
+        return _webhook_rules(old, facts, framework, admitted, now)
     except AdmissionError as exc:
         if not hinted:
             raise
@@ -259,7 +260,7 @@ def admit(
 
 
 def _webhook_rules(
-    old: Obj | None, facts: Facts, framework: Framework, admitted: Obj
+    old: Obj | None, facts: Facts, framework: Framework, admitted: Obj, now: str
 ) -> tuple[Obj, list[str]]:
     """The webhooks' own rules, on the object the API server's stages made."""
     kind = admitted["kind"]
@@ -270,9 +271,43 @@ def _webhook_rules(
         raise AdmissionError(overflows)
     if kind == c.TRAINJOB_KIND:
         warnings = validate_trainjob(admitted, old, facts, framework)
+    elif kind == c.OPTIMIZATIONJOB_KIND:
+        warnings = validate_optimization(admitted, old, facts, framework, now)
     else:
         warnings = validate_runtime(admitted, old, framework)
     return admitted, warnings
+
+
+def validate_optimization(
+    obj: Obj, old: Obj | None, facts: Facts, framework: Framework, now: str
+) -> list[str]:
+    """The OptimizationJob webhook (docs/optimization.md, "Admission"): what its CRD cannot say,
+    then its template admitted as trial 0's TrainJob, as the API server and the TrainJob webhook
+    would admit it, so a template every trial would be refused for is refused here, at its field.
+    Its spec is immutable (the CRD says so): an update that leaves it as it was is not judged again,
+    so a search is never refused a status or label change for a runtime removed since."""
+    from trainer.optimization.validation import template_trainjob, validate_optimizationjob
+
+    if old is not None and old.get("spec") == obj.get("spec"):
+        return []
+    errors = validate_optimizationjob(obj)
+    if errors:
+        raise AdmissionError(errors)
+    try:
+        _, warnings = admit(template_trainjob(obj), None, facts, framework, now)
+    except AdmissionError as exc:
+        raise AdmissionError([_in_template(e) for e in exc.errors], exc.warnings) from None
+    return warnings
+
+
+def _in_template(error: FieldError) -> FieldError:
+    """A refusal of trial 0's TrainJob, at its field in the OptimizationJob's template. Its name
+    and namespace are the OptimizationJob's own (trial names are made from its name)."""
+    path = error.path
+    own = path.startswith(("metadata.name", "metadata.namespace"))
+    if path == "spec" or (path.startswith(("spec.", "metadata.")) and not own):
+        path = "spec.trainJobTemplate." + path
+    return dataclasses.replace(error, path=path)
 
 
 def validate_runtime(runtime_obj: Obj, old: Obj | None, framework: Framework) -> list[str]:

@@ -64,7 +64,7 @@ def event_for(trainjob: Obj, type_: str, reason: str, message: str, now: datetim
         "metadata": {"name": name, "namespace": meta.get("namespace") or "default"},
         "involvedObject": {
             "apiVersion": trainjob.get("apiVersion", "trainer.kubeflow.org/v1alpha1"),
-            "kind": "TrainJob",
+            "kind": trainjob.get("kind") or "TrainJob",  # an OptimizationJob's are its own
             "name": meta["name"],
             "namespace": meta.get("namespace") or "default",
             "uid": meta.get("uid"),
@@ -126,12 +126,13 @@ class Recorder:
         meta = trainjob.get("metadata") or {}
         transitions.log(
             logging.WARNING if type_ == "Warning" else logging.INFO,
-            "TrainJob %s/%s: %s: %s",
+            "%s %s/%s: %s: %s",
+            kind := trainjob.get("kind") or "TrainJob",
             meta.get("namespace"),
             meta.get("name"),
             reason,
             scrub(message),
-            extra=object_fields({**trainjob, "kind": "TrainJob"}, reason),
+            extra=object_fields({**trainjob, "kind": kind}, reason),
         )
         if not post:
             return

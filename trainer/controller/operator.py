@@ -42,6 +42,7 @@ from trainer.controller.informer import Informer
 from trainer.controller.leader import Elector, FencedClient, Timing, cancel_and_wait
 from trainer.controller.metrics import CONTROLLER, Metrics
 from trainer.controller.metrics_auth import MetricsAuth
+from trainer.controller.optimization import OptimizationReconciler
 from trainer.controller.reconciler import Reconciler, WorkQueue
 from trainer.controller.resources import CRDS, JOBSETS, Resources
 from trainer.controller.routing import Router
@@ -89,6 +90,7 @@ class Running:
     recorder: events.Recorder
     reconciler: Reconciler
     informer: Informer
+    optimizer: OptimizationReconciler | None = None  # the searches (docs/optimization.md)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # The reconcile workers: running while this replica reconciles (always, without leader election).
     workers: list[asyncio.Task[None]] = field(default_factory=list)
@@ -115,6 +117,11 @@ class Running:
                 asyncio.create_task(self.reconciler.worker(), name=f"trainjob-worker-{i}")
                 for i in range(count)
             ]
+            if self.optimizer is not None:
+                self.optimizer.started()
+                self.workers.append(
+                    asyncio.create_task(self.optimizer.worker(), name="optimizationjob-worker")
+                )
             if self.runtime_finalizers is not None:
                 self.runtime_finalizers.saw_all()
                 self.workers += [
@@ -295,6 +302,8 @@ class Operator:
         reconciler.progress.seconds = self.config.controller.progress_batch_seconds
         reconciler.progress.qps = self.config.controller.progress_qps
         self.router.deferring = reconciler.deferring
+        optimizer = OptimizationReconciler(reconciler_client, self.cache, recorder, self.queue)
+        self.router.optimizer = optimizer
         self.running = running = Running(
             credentials,
             client,
@@ -304,6 +313,7 @@ class Operator:
             elector=elector,
             certificate=certificate,
             runtime_finalizers=self.runtime_finalizers,
+            optimizer=optimizer,
         )
         if c.FEATURE_TRAINJOB_STATUS in self.framework.enabled:
             try:
@@ -342,6 +352,8 @@ class Operator:
         running, self.running = self.running, None
         if running is not None:
             await running.stop()
+            if running.optimizer is not None:
+                running.optimizer.queue.shutdown()
         self.queue.shutdown()
         if self.tls is not None and self.tls.self_signed is not None:
             self.tls.self_signed.cleanup()

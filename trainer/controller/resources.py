@@ -31,6 +31,7 @@ class Role(enum.Enum):
     TRAINJOB = enum.auto()  # reconcile that TrainJob
     RUNTIME = enum.auto()  # reconcile the TrainJobs still waiting for this runtime
     CHILD = enum.auto()  # reconcile the TrainJob that owns it
+    OPTIMIZATIONJOB = enum.auto()  # reconcile that OptimizationJob (controller/optimization.py)
     FACT = enum.auto()  # nothing: the cache keeps it for the render core and admission to read
 
 
@@ -69,6 +70,21 @@ CLUSTER_TRAINING_RUNTIMES = Resource(
     Role.RUNTIME,
 )
 OWN: tuple[Resource, ...] = (TRAINJOBS, TRAINING_RUNTIMES, CLUSTER_TRAINING_RUNTIMES)
+# Optional: a cluster given our CRDs of an earlier release has none; its searches wait for it.
+OPTIMIZATIONJOBS = Resource(
+    c.OPTIMIZATIONJOB_KIND,
+    ResourceType(c.GROUP, c.VERSION, "optimizationjobs"),
+    Role.OPTIMIZATIONJOB,
+    optional=True,
+)
+
+
+def validated() -> tuple[Resource, ...]:
+    """The kinds the validating webhook admits: our own, and OptimizationJobs. The mutating one
+    defaults our own only (controller/webhooks.py)."""
+    return (*OWN, OPTIMIZATIONJOBS)
+
+
 # Events are written (by the recorder), never watched; the JobSet CRD is read once, at start-up.
 EVENTS = ResourceType("", "v1", "events")
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", namespaced=False)
@@ -86,6 +102,13 @@ OWN_PERMISSIONS: frozenset[Permission] = frozenset(
         (c.GROUP, "trainjobs", "delete"),
         (c.GROUP, "trainjobs/status", "patch"),
         (c.GROUP, "trainjobs/finalizers", "update"),
+        # OptimizationJobs (docs/optimization.md): their trials are TrainJobs the operator creates,
+        # each owned by its OptimizationJob with blockOwnerDeletion (hence its finalizers).
+        (c.GROUP, "trainjobs", "create"),
+        (c.GROUP, "optimizationjobs", "list"),
+        (c.GROUP, "optimizationjobs", "watch"),
+        (c.GROUP, "optimizationjobs/status", "patch"),
+        (c.GROUP, "optimizationjobs/finalizers", "update"),
         (c.GROUP, "trainingruntimes", "list"),
         (c.GROUP, "trainingruntimes", "watch"),
         (c.GROUP, "trainingruntimes", "patch"),
@@ -142,7 +165,7 @@ class Resources:
     def __init__(self, declarations: Iterable[tuple[str, Declaration]]) -> None:
         declared = tuple(_resource(kind, found) for kind, found in by_kind(declarations).items())
         self._declared = declared
-        self.watched: tuple[Resource, ...] = (*OWN, *(r for r in declared if r.watched))
+        self.watched: tuple[Resource, ...] = (*OWN, OPTIMIZATIONJOBS, *(r for r in declared if r.watched))
         # What the render core may return: the children it builds.
         self.writable: dict[tuple[str, str], Resource] = {
             (r.api_version, r.kind): r for r in declared if r.role is Role.CHILD

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.controller.cache import Cache, TrainJobKey, owner_trainjob, slim
+from trainer.controller.optimization import OptimizationReconciler, optimizationjob_of
 from trainer.controller.reconciler import WorkQueue
 from trainer.controller.resources import Resource, Resources, Role
 from trainer.controller.runtime_finalizers import RuntimeFinalizers
@@ -39,6 +40,9 @@ class Router:
     # Whether a TrainJob's reconcile is already set for when its progress write goes out
     # (``Reconciler.deferring``): a child's change that only moves progress waits for it.
     deferring: Callable[[TrainJobKey], bool] | None = None
+    # The OptimizationJob controller, once the operator runs one: its searches and their trials
+    # are queued there.
+    optimizer: OptimizationReconciler | None = None
     # Objects kept slim that name a TrainJob controller the cache did not hold then, by that uid:
     # when the TrainJob arrives they are read again, whole (its children, seen first by a watch).
     _slim_for: dict[str, list[tuple[str, str | None, str, str]]] = field(default_factory=dict, repr=False)
@@ -53,9 +57,11 @@ class Router:
         ]
 
     def queue_all(self) -> None:
-        """Queue every TrainJob the cache holds."""
+        """Queue every TrainJob the cache holds, and every OptimizationJob."""
         for key in list(self.cache.trainjobs):
             self.queue.add(key)
+        if self.optimizer is not None:
+            self.optimizer.queue_all()
 
     async def resync(self, period: float) -> None:
         """Reconcile every TrainJob now and then, as controller-runtime's SyncPeriod does: what no
@@ -80,14 +86,18 @@ class Router:
         )
         for obj in gone:
             self._concerns(resource, obj, deleted=True)
+            self._trial(resource, obj)
         for obj in changed:
             self._concerns(resource, obj, deleted=False)
+            self._trial(resource, obj)
 
     def changed(self, resource: Resource, type_: str, obj: Obj) -> None:
         """A watch event: keep the cache current and queue the TrainJobs the change concerns."""
         obj = _typed(obj, resource)
         meta = obj["metadata"]
         deleted = type_ == "DELETED"
+        # A trial's every change, the echo of its status write too: its search reads it next.
+        self._trial(resource, obj)
         if deleted:
             self.cache.forget(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
             if resource.role is Role.TRAINJOB:
@@ -104,7 +114,11 @@ class Router:
                     # write's echo) or a read found it, and the reconcile that wrote or read it
                     # had it. A LIST treats it so too (Cache.replace): no change, no reconcile.
                     return
-                if resource.role is Role.CHILD and self.deferring is not None and progress_only(before, kept):
+                if (
+                    resource.kind == c.JOBSET_KIND
+                    and self.deferring is not None
+                    and progress_only(before, kept)
+                ):
                     owner = owner_trainjob(kept)
                     if owner is not None and self.deferring(owner):
                         return
@@ -115,9 +129,16 @@ class Router:
         meta = obj["metadata"]
         if resource.role is Role.TRAINJOB:
             return self.cache.trainjob((meta.get("namespace") or "default", meta["name"]))
-        if resource.role is Role.CHILD:
+        if resource.role in (Role.CHILD, Role.OPTIMIZATIONJOB):
             return self.cache.get(resource.kind, meta.get("namespace"), meta["name"], Cache.group_of(obj))
         return None
+
+    def _trial(self, resource: Resource, trainjob: Obj) -> None:
+        """A TrainJob that is a search's trial: its OptimizationJob is queued."""
+        if resource.role is Role.TRAINJOB and self.optimizer is not None:
+            key = optimizationjob_of(trainjob)
+            if key is not None:
+                self.optimizer.queue.add(key)
 
     def _arrived(self, trainjob: Obj) -> None:
         """Its children the cache keeps slim (seen before it) are forgotten: the next reconcile
@@ -171,6 +192,12 @@ class Router:
                 owner = owner_trainjob(obj)
                 if owner is not None:
                     self.queue.add(owner)
+            case Role.OPTIMIZATIONJOB:
+                if self.optimizer is not None:
+                    if deleted:
+                        self.optimizer.forget(str(meta.get("uid") or ""))
+                    else:
+                        self.optimizer.queue.add((meta.get("namespace") or "default", meta["name"]))
             case Role.FACT:
                 pass  # read when a TrainJob is reconciled or admitted; a change reconciles nothing
 

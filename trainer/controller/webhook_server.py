@@ -35,7 +35,7 @@ from trainer.api import constants as c
 from trainer.api.objects import Obj
 from trainer.controller.client import ApiClient, ApiError, ResourceType
 from trainer.controller.config import Webhook
-from trainer.controller.resources import CLUSTER_TRAINING_RUNTIMES, OWN
+from trainer.controller.resources import CLUSTER_TRAINING_RUNTIMES, OWN, Resource, validated
 from trainer.controller.serving import BODY, GuardedServer, Limits
 
 logger = logging.getLogger("trainer.webhooks")
@@ -223,7 +223,16 @@ PROBE_INTERVAL = 0.5
 
 def webhook_ids() -> list[str]:
     """The ids of the webhooks controller/webhooks.py registers, validators first."""
-    return [f"{prefix}.{resource.kind.lower()}" for _, _, prefix in CONFIGURATIONS for resource in OWN]
+    return [
+        f"{prefix}.{resource.kind.lower()}"
+        for _, _, prefix in CONFIGURATIONS
+        for resource in _admitted(prefix)
+    ]
+
+
+def _admitted(prefix: str) -> tuple[Resource, ...]:
+    """The kinds a configuration's webhooks admit: the validator's take OptimizationJobs too."""
+    return validated() if prefix == "validator" else OWN
 
 
 def configurations(url: str, ca_bundle: str | None) -> list[tuple[ResourceType, Obj]]:
@@ -238,7 +247,7 @@ def configurations(url: str, ca_bundle: str | None) -> list[tuple[ResourceType, 
     out: list[tuple[ResourceType, Obj]] = []
     for rtype, kind, prefix in CONFIGURATIONS:
         webhooks = []
-        for resource in OWN:
+        for resource in _admitted(prefix):
             webhook_id = f"{prefix}.{resource.kind.lower()}"
             webhooks.append(
                 {

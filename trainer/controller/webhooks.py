@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import logging
 from dataclasses import dataclass
-from typing import cast
+from typing import Any, cast
 
 import kopf
 
@@ -20,7 +20,7 @@ from trainer.apimachinery.errors import AdmissionError, refusal_lines
 from trainer.controller.cache import Cache
 from trainer.controller.events import object_fields, scrub
 from trainer.controller.reconciler import utc_now
-from trainer.controller.resources import OWN
+from trainer.controller.resources import OWN, validated
 from trainer.runtime import framework as fw
 
 logger = logging.getLogger("trainer.webhooks")
@@ -104,12 +104,14 @@ class Webhooks:
         ) -> None:
             self.default(body, old, patch, warnings)
 
-        for resource in OWN:
+        for resource in validated():
+            # A defaulter only for the kinds that take one: an OptimizationJob's trials are
+            # defaulted as each TrainJob is, when the operator creates it.
+            handlers: list[tuple[Any, Any, str]] = [(kopf.on.validate, _validate, "validator")]
+            if resource in OWN:
+                handlers.append((kopf.on.mutate, _default, "defaulter"))
             rtype = resource.type
-            for register, handler, prefix in (
-                (kopf.on.validate, _validate, "validator"),
-                (kopf.on.mutate, _default, "defaulter"),
-            ):
+            for register, handler, prefix in handlers:
                 register(
                     rtype.group,
                     rtype.version,
