@@ -96,8 +96,18 @@ def test_garbage_collection_removes_only_what_no_tag_references(
     old, new = _image(b"old"), _image(b"new")
     writer.push("pytorch/pytorch:2", old)
     writer.push("pytorch/pytorch:2", new)  # the tag moves to the rebuilt image
-    registry.collect_garbage(bin_dir / "registry", config)
     storage = Path(yaml.safe_load(config.read_text())["storage"]["filesystem"]["rootdirectory"])
+    registry.collect_garbage(bin_dir / "registry", config, storage)
     kept = {p.name for p in (storage / "docker/registry/v2/blobs/sha256").rglob("*") if len(p.name) == 64}
     assert new.layers[0].digest[7:] in kept and new.config.digest[7:] in kept
     assert old.layers[0].digest[7:] not in kept
+
+
+def test_a_storage_nothing_was_pushed_to_has_nothing_to_collect(tmp_path: Path, bin_dir: Path) -> None:
+    """A machine's first cluster: the registry's collector fails on a storage without repositories
+    ("Path not found: /docker/registry/v2/repositories"), which must not stop the cluster."""
+    storage = tmp_path / "empty"
+    storage.mkdir()
+    config = registry.write_config(tmp_path / "registry.yaml", storage, "127.0.0.1:1")
+    registry.collect_garbage(bin_dir / "registry", config, storage)
+    assert list(storage.iterdir()) == []

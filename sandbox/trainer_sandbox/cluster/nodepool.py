@@ -179,7 +179,7 @@ class NodePool:
         reader = registry.write_config(
             self.directory / "registry.yaml", storage, self.registry_address, read_only=True
         )
-        registry.collect_garbage(Path(binary), writer)
+        registry.collect_garbage(Path(binary), writer, storage)
         launch("registry-push", [binary, "serve", str(writer)], binary=binary)
         launch("registry", [binary, "serve", str(reader)], binary=binary)
         client = registry.Client(push_address)

@@ -144,9 +144,13 @@ class Client:
         return r.getheader("Docker-Content-Digest") if r.status == 200 else None
 
 
-def collect_garbage(binary: Path, config: Path) -> None:
+def collect_garbage(binary: Path, config: Path, storage: Path) -> None:
     """Delete what no tag references any more (the layers of images since rebuilt), so that the
-    cache does not grow with every rebuild. Run while no registry serves the storage."""
+    cache does not grow with every rebuild. Run while no registry serves the storage. A storage
+    nothing was ever pushed to (a machine's first cluster) has nothing to collect, and the
+    registry's collector fails on it ("Path not found: /docker/registry/v2/repositories")."""
+    if not (storage / "docker" / "registry" / "v2" / "repositories").is_dir():
+        return
     result = subprocess.run(
         [str(binary), "garbage-collect", "--delete-untagged", "--quiet", str(config)],
         capture_output=True,
