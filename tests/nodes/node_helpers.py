@@ -61,7 +61,17 @@ class Kubectl:
             if time.monotonic() > deadline:
                 pods = self("get", "pods", "-o", "wide", check=False)
                 events = self("get", "events", "--sort-by=.lastTimestamp", check=False)
-                raise AssertionError(f"timed out waiting for {what}\n{pods}\n{events[-3000:]}")
+                # What the training printed, the last run of a restarted container's too.
+                logs = "".join(
+                    self(
+                        "logs", "--prefix", "--tail=20", "--all-containers", "--max-log-requests=20",
+                        "-l", "jobset.sigs.k8s.io/jobset-name", *previous, check=False,
+                    )
+                    for previous in ((), ("--previous",))
+                )  # fmt: skip
+                raise AssertionError(
+                    f"timed out waiting for {what}\n{pods}\n{events[-3000:]}\n{logs[-4000:]}"
+                )
             time.sleep(0.5)
 
     def pod_phase(self, name: str) -> str:

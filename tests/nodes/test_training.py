@@ -349,7 +349,7 @@ def test_a_search_whose_training_reports_its_metric_finds_the_best(
                 "trainJobTemplate": {
                     "spec": {
                         "runtimeRef": {"name": "torch-distributed"},
-                        "trainer": {"numNodes": 1, "command": script_command(train, "python /tmp/main.py")},
+                        "trainer": {"numNodes": 1, "command": script_command(train, "python3 /tmp/main.py")},
                     }
                 },
             },
