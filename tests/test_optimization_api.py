@@ -9,6 +9,7 @@ import copy
 from typing import Any
 
 import pytest
+from optimization_helpers import categorical, log_uniform, uniform
 
 from trainer.admission.admit import admit, check_schema
 from trainer.apimachinery.errors import AdmissionError, FieldError, is_rules_not_checked
@@ -32,18 +33,6 @@ def optimizationjob(*parameters: Obj, **spec: Any) -> Obj:
             **spec,
         },
     }
-
-
-def uniform(name: str, low: str, high: str, **extra: Any) -> Obj:
-    return {"name": name, "searchSpace": {"uniform": {"min": low, "max": high, **extra}}}
-
-
-def log_uniform(name: str, low: str, high: str, **extra: Any) -> Obj:
-    return {"name": name, "searchSpace": {"logUniform": {"min": low, "max": high, **extra}}}
-
-
-def categorical(name: str, *choices: str) -> Obj:
-    return {"name": name, "searchSpace": {"categorical": {"choices": list(choices)}}}
 
 
 def admitted(obj: Obj, old: Obj | None = None) -> Obj:

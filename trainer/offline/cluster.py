@@ -256,15 +256,8 @@ class OfflineCluster:
             self.refusals.append(Refusal(kind, namespace, name, exc.errors))
             return
         self.applied.add(key)
-        meta = admitted["metadata"]
-        if old is not None:
-            meta["uid"] = old["metadata"]["uid"]
-            meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
-            if old.get("status"):
-                admitted["status"] = old["status"]
-        else:
-            meta["uid"] = optimizationjob_uid(namespace, name)
-            meta["creationTimestamp"] = self.now
+        self._stamp(admitted, old, optimizationjob_uid(namespace, name))
+        if old is None:
             self.roots.append(key)
         self.optimizationjobs[(namespace, name)] = admitted
         if not self.reconcile:
@@ -276,21 +269,27 @@ class OfflineCluster:
         first = plan(admitted, trials(), self.now)
         for trial in first.create:
             self.apply(trial)
-        admitted["status"] = first.status
+        admitted["status"] = first.status  # what the next step reads as the stored status
         # The controller's next step, once it sees those trials: the status it writes then.
         admitted["status"] = plan(admitted, trials(), self.now).status
 
-    def _store_trainjob(self, admitted: Obj, old: Obj | None) -> None:
+    def _stamp(self, admitted: Obj, old: Obj | None, uid: str) -> None:
+        """What the API server keeps or sets on a write: an update keeps the object's uid, its
+        creation time and its status; a create gets ``uid`` and ``now``."""
         meta = admitted["metadata"]
-        namespace, name = meta["namespace"], meta["name"]
         if old is not None:
             meta["uid"] = old["metadata"]["uid"]
             meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
             if old.get("status"):
                 admitted["status"] = old["status"]
         else:
-            meta["uid"] = trainjob_uid(namespace, name)
+            meta["uid"] = uid
             meta["creationTimestamp"] = self.now
+
+    def _store_trainjob(self, admitted: Obj, old: Obj | None) -> None:
+        meta = admitted["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        self._stamp(admitted, old, trainjob_uid(namespace, name))
         if (namespace, name) not in self.trainjobs:
             self.roots.append((c.TRAINJOB_KIND, namespace, name))
         self.trainjobs[(namespace, name)] = admitted
