@@ -96,6 +96,8 @@ class JobSetPlugin:
                 return None  # a running JobSet is never rewritten
             if (existing.get("metadata") or {}).get("deletionTimestamp"):
                 return None  # being rebuilt (below): built afresh once it is gone
+        elif info.scheduler.hold_pods:
+            return None  # made once the group its pods join exists
         jobset = build_jobset(info)
         if existing is not None and not jobset_update_allowed(existing, jobset):
             if not (existing.get("spec") or {}).get("suspend"):
@@ -149,8 +151,12 @@ def build_jobset(info: Info) -> Obj:
                     **(pod_meta.get("annotations") or {}),
                     **info.scheduler.pod_annotations,
                 }
+        group = info.scheduler.scheduling_groups.get(pod_set.name)
+        if group is not None:
+            pod_set.pod_spec["schedulingGroup"] = {"podGroupName": group}
     canonical_jobset_quantities(spec)
-    spec["suspend"] = trainjob.suspend
+    # Kept suspended while the group its pods join is made again (the Workload plugin).
+    spec["suspend"] = trainjob.suspend or info.scheduler.hold_pods
     metadata: Obj = {"name": info.name, "namespace": info.namespace}
     if info.labels:
         metadata["labels"] = dict(info.labels)

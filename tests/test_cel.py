@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from trainer.api import optimization as opt
+from trainer.api import runtime as runtime_api
 from trainer.api.trainjob import TRAINER_RULES
 from trainer.apimachinery import cel
 from trainer.apimachinery.cel import CELError, CELEvalError, CELSyntaxError
@@ -75,8 +76,12 @@ OPT_RULES = {
     )
 }
 
+# docs/scheduling.md: the workload gang is not combined with upstream's two sources.
+ONE_GANG = runtime_api.ONE_GANG.rule
+
 TRAINER_CRD_RULES = {
     *OPT_RULES,
+    ONE_GANG,
     TRAINER_FIXED,
     TRAINER_RESIZE,
     IMMUTABLE,
@@ -112,6 +117,10 @@ STEPPED = {"uniform": {"min": "0", "max": "1", "step": "0.5"}}
 UNSTEPPED = {"logUniform": {"min": "1", "max": "10"}}
 
 CRD_CASES: list[tuple[str, dict[str, Any], bool]] = [
+    (ONE_GANG, {"self": {"workload": {}}}, True),
+    (ONE_GANG, {"self": {"coscheduling": {}, "volcano": {}}}, True),  # upstream's own: left alone
+    (ONE_GANG, {"self": {"workload": {}, "coscheduling": {}}}, False),
+    (ONE_GANG, {"self": {"workload": {}, "volcano": {}}}, False),
     (opt.MIN_BELOW_MAX.rule, {"self": {"min": "0.1", "max": "1e0"}}, True),
     (opt.MIN_BELOW_MAX.rule, {"self": {"min": "1", "max": "1"}}, False),
     (opt.MIN_BELOW_MAX.rule, {"self": {"min": "2", "max": "-1"}}, False),

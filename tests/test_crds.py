@@ -109,7 +109,7 @@ def test_optimizationjob_status_subresource_and_columns() -> None:
 
 
 # Where our schemas deliberately differ from upstream's: docs/decisions.md §5, §8, §ttl,
-# §resize and §trainjob-spec-required.
+# §resize and §trainjob-spec-required, and docs/scheduling.md.
 ALLOWED = {
     # Ours: a TrainJob without spec names no runtime. Upstream's webhook refuses it as an
     # unsupported runtime; the schema says what is actually wrong ("spec: Required value").
@@ -131,6 +131,9 @@ ALLOWED = {
     # moves up to spec, where it reads spec.suspend, and leaves numNodes and resourcesPerNode out.
     ("TrainJob", ".properties.spec.properties.trainer.x-kubernetes-validations"),
     ("TrainJob", ".properties.spec.x-kubernetes-validations"),
+    # docs/scheduling.md: kube-scheduler's own gang, a source of ours, alone in its policy.
+    ("TrainingRuntime", ".properties.spec.properties.podGroupPolicy.properties.workload"),
+    ("TrainingRuntime", ".properties.spec.properties.podGroupPolicy.x-kubernetes-validations"),
 }
 
 

@@ -102,3 +102,22 @@ def test_shapes_it_does_not_expect_are_left_for_the_schema() -> None:
     update = {"kind": "TrainJob", "metadata": {}, "spec": "not an object"}
     assert keep_extensions(update, stored) == []
     assert keep_extensions(trainjob(), {"kind": "TrainJob", "spec": None}) == []
+
+
+def test_a_runtimes_workload_gang_is_kept_unless_the_update_removes_its_parent_or_replaces_it() -> None:
+    gang = {"scheduleTimeoutSeconds": 30}
+
+    def runtime(policy: dict[str, Any] | None) -> dict[str, Any]:
+        spec = {} if policy is None else {"podGroupPolicy": policy}
+        return {"kind": "TrainingRuntime", "metadata": {"name": "rt"}, "spec": spec}
+
+    stored = runtime({"workload": gang})
+    # What a client on upstream's types sends back: the policy it read, as an empty object.
+    emptied = runtime({})
+    assert keep_extensions(emptied, stored) == ["spec.podGroupPolicy.workload"]
+    assert emptied["spec"]["podGroupPolicy"] == {"workload": gang}
+    # Removed whole (kubectl apply of a manifest without it), or replaced by upstream's sources.
+    for update in (runtime(None), runtime({"coscheduling": {}}), runtime({"volcano": {}})):
+        before = copy.deepcopy(update)
+        assert keep_extensions(update, stored) == []
+        assert update == before

@@ -73,6 +73,7 @@ def test_builtin_order_is_fixed() -> None:
         "Flux",
         "CoScheduling",
         "Volcano",
+        "Workload",
         "JobSet",
     ]
     # A gated built-in takes its place in the order when its gate is on.

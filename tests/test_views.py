@@ -105,7 +105,8 @@ EVERY_RUNTIME_FIELD = [
             "mlPolicy": {
                 "numNodes": 1,
                 "torch": {"envInjection": {"targets": [{"jobName": "node", "containerNames": ["sidecar"]}]}},
-            }
+            },
+            "podGroupPolicy": {"workload": {"scheduleTimeoutSeconds": 300}},
         },
     ),
     _with_policies(TORCH, "views-jax", {"mlPolicy": {"jax": {}}}),

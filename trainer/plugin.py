@@ -20,6 +20,7 @@ from trainer.api.views import (
     TorchPolicy,
     TrainingRuntimeSpec,
     VolcanoPolicy,
+    WorkloadPolicy,
     XGBoostPolicy,
 )
 from trainer.apimachinery.errors import FieldError, forbidden, internal, invalid, required, unsupported
@@ -72,6 +73,7 @@ __all__ = [
     "TrainingRuntimeSpec",
     "ValidationContext",
     "VolcanoPolicy",
+    "WorkloadPolicy",
     "XGBoostPolicy",
     "canonical_jobset_quantities",
     "constants",

@@ -59,6 +59,8 @@ def test_the_table_is_what_the_enabled_plugins_declare() -> None:
             ("scheduling.x-k8s.io", "podgroups"),
             ("scheduling.volcano.sh", "podgroups"),
             ("scheduling.k8s.io", "priorityclasses"),  # read by Volcano's admission
+            ("scheduling.k8s.io", "workloads"),  # kube-scheduler's own gang (docs/scheduling.md)
+            ("scheduling.k8s.io", "podgroups"),
         ]
     )
     assert table[("scheduling.k8s.io", "priorityclasses")].role is Role.FACT
@@ -68,6 +70,12 @@ def test_the_table_is_what_the_enabled_plugins_declare() -> None:
     assert {v for g, r, v in DEFAULT.permissions() if r == "secrets"} == {"create", "get"}
     assert table[("jobset.x-k8s.io", "jobsets")].delete
     assert table[("scheduling.volcano.sh", "podgroups")].optional
+    for plural in ("workloads", "podgroups"):  # alpha, behind gates: served where they are on
+        gang = table[("scheduling.k8s.io", plural)]
+        assert gang.optional and gang.delete and gang.watched and not gang.patch
+        assert gang.label == c.TRAINJOB_NAME_LABEL
+        granted = {v for g, r, v in DEFAULT.permissions() if (g, r) == ("scheduling.k8s.io", plural)}
+        assert granted == {"create", "delete", "list", "watch"}, "immutable: made again, never patched"
     # Without Volcano, nobody reads PriorityClasses or builds Volcano's PodGroups: neither is
     # watched, written nor granted.
     without = Resources.of(fw.load(fw.PluginConfig(disabled=frozenset({"Volcano"}))))
@@ -172,7 +180,11 @@ def test_watch_ids_are_unique_and_only_labelled_kinds_are_filtered_by_the_server
     for reflector in informer.reflectors:
         r = reflector.resource
         assert reflector._params() == ({"labelSelector": r.label} if r.labelled else {}), r
-    assert {r.kind for r in DEFAULT.watched if r.labelled} == {"ConfigMap"}
+    assert {(r.type.group, r.type.plural) for r in DEFAULT.watched if r.labelled} == {
+        ("", "configmaps"),
+        ("scheduling.k8s.io", "workloads"),  # only ours: nobody else's gang reaches the cache
+        ("scheduling.k8s.io", "podgroups"),
+    }
 
 
 def test_each_watched_resource_is_listed_and_watched_once_per_namespace() -> None:
@@ -183,7 +195,9 @@ def test_each_watched_resource_is_listed_and_watched_once_per_namespace() -> Non
     everywhere = Operator(config=Configuration()).router.scopes()
     assert [(r, ns) for r, ns in everywhere] == [(r, None) for r in DEFAULT.watched]
     disabled = Operator(
-        config=Configuration.model_validate({"plugins": {"disabled": ["Volcano", "CoScheduling"]}})
+        config=Configuration.model_validate(
+            {"plugins": {"disabled": ["Volcano", "CoScheduling", "Workload"]}}
+        )
     )
     assert "PodGroup" not in {r.kind for r, _ in disabled.router.scopes()}
 

@@ -244,3 +244,24 @@ def test_a_jobset_deleted_in_the_foreground_stays_in_the_cache_as_going() -> Non
         else:
             assert found is None
         assert report.deleted == [("JobSet", "ns", "tj")]
+
+
+def test_a_create_of_a_kind_whose_api_is_absent_says_so_and_a_core_kinds_404_stays_as_it_is() -> None:
+    not_found = ApiError(
+        404, {"reason": "NotFound", "message": "the server could not find the requested resource"}
+    )
+    gang = {
+        **PODGROUP,
+        "apiVersion": "scheduling.k8s.io/v1alpha2",
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    with pytest.raises(ApiError) as raised:
+        _write(RecordingClient(refuse=not_found), Cache(), [gang])
+    assert raised.value.code == 404
+    assert str(raised.value) == (
+        "404 NotFound: the API server does not serve PodGroup (scheduling.k8s.io/v1alpha2): its API is "
+        "not installed or not enabled in this cluster"
+    )
+    with pytest.raises(ApiError) as raised:
+        _write(RecordingClient(refuse=not_found), Cache(), [CONFIGMAP])
+    assert str(raised.value) == "404 NotFound: the server could not find the requested resource"

@@ -22,8 +22,14 @@ from trainer.api.objects import Obj
 # Per kind, the paths (below the object) of each field upstream's API does not have.
 EXTENSIONS: dict[str, tuple[tuple[str, ...], ...]] = {
     c.TRAINJOB_KIND: (("spec", "ttlSecondsAfterFinished"),),
-    c.TRAINING_RUNTIME_KIND: (("spec", "runPolicy"),),
-    c.CLUSTER_TRAINING_RUNTIME_KIND: (("spec", "runPolicy"),),
+    c.TRAINING_RUNTIME_KIND: (("spec", "runPolicy"), ("spec", "podGroupPolicy", "workload")),
+    c.CLUSTER_TRAINING_RUNTIME_KIND: (("spec", "runPolicy"), ("spec", "podGroupPolicy", "workload")),
+}
+
+
+# An extension that one of upstream's fields replaces: an update that sets that field chose it.
+REPLACED_BY: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("spec", "podGroupPolicy", "workload"): ("coscheduling", "volcano"),
 }
 
 
@@ -40,7 +46,10 @@ def keep_extensions(obj: Obj, old: Obj | None) -> list[str]:
         for part in parents:
             source = source.get(part) if isinstance(source, dict) else None
             target = target.get(part) if isinstance(target, dict) else None
-        if isinstance(source, dict) and last in source and isinstance(target, dict) and last not in target:
-            target[last] = copy.deepcopy(source[last])
-            kept.append(".".join(path))
+        if not (isinstance(source, dict) and last in source and isinstance(target, dict)):
+            continue
+        if last in target or any(other in target for other in REPLACED_BY.get(path, ())):
+            continue  # set, or replaced by what it excludes: either way the client's choice
+        target[last] = copy.deepcopy(source[last])
+        kept.append(".".join(path))
     return kept

@@ -122,9 +122,28 @@ class VolcanoPolicy(APIModel):
     network_topology: NetworkTopology | None = Field(None, alias="networkTopology")
 
 
+class WorkloadPolicy(APIModel):
+    """Gang scheduling by kube-scheduler's own Workload and PodGroup (scheduling.k8s.io/v1alpha2,
+    Kubernetes 1.36 behind its GenericWorkload and GangScheduling gates); ours, upstream has no
+    such source (docs/scheduling.md)."""
+
+    schedule_timeout_seconds: Annotated[int | None, Schema(format="int32", minimum=1)] = Field(
+        None, alias="scheduleTimeoutSeconds"
+    )
+
+
 class PodGroupPolicy(APIModel):
     coscheduling: CoschedulingPolicy | None = None
     volcano: VolcanoPolicy | None = None
+    workload: WorkloadPolicy | None = None
+
+
+# Ours: the workload source is a gang of its own; upstream's two sources are left as upstream has
+# them (it does not refuse both).
+ONE_GANG = Rule(
+    "!has(self.workload) || (!has(self.coscheduling) && !has(self.volcano))",
+    "workload cannot be combined with coscheduling or volcano: a TrainJob's pods join one gang",
+)
 
 
 class JobSetTemplateSpec(APIModel):
@@ -148,7 +167,9 @@ class RunPolicy(APIModel):
 
 class TrainingRuntimeSpec(APIModel):
     ml_policy: MLPolicyField = Field(None, alias="mlPolicy")
-    pod_group_policy: PodGroupPolicy | None = Field(None, alias="podGroupPolicy")
+    pod_group_policy: Annotated[PodGroupPolicy | None, Schema(rules=(ONE_GANG,))] = Field(
+        None, alias="podGroupPolicy"
+    )
     run_policy: RunPolicy | None = Field(None, alias="runPolicy")
     template: Annotated[JobSetTemplateSpec, Schema(min_properties=1)] = Field(
         default_factory=JobSetTemplateSpec

@@ -66,6 +66,8 @@ class Writer:
                     # object already in the name's way shows.
                     stored = await self.create(rtype, obj, plain=resource.labelled or not resource.watched)
                 except ApiError as exc:
+                    if exc.code == 404 and resource.optional:
+                        raise not_served(exc, obj) from exc
                     if exc.code != 409:
                         raise
                     # The object exists but our cache lacks it: the watch is behind, or it is one
@@ -201,3 +203,14 @@ def _with_kind(stored: Obj, sent: Obj) -> Obj:
     stored.setdefault("apiVersion", sent["apiVersion"])
     stored.setdefault("kind", sent["kind"])
     return stored
+
+
+def not_served(exc: ApiError, obj: Obj) -> ApiError:
+    """A create's 404 for a kind whose API may be absent says so: the status shows why, not "the
+    server could not find the requested resource" (a gang scheduler's CRD, or kube-scheduler's
+    alpha API behind its feature gates: docs/scheduling.md)."""
+    message = (
+        f"the API server does not serve {obj.get('kind')} ({obj.get('apiVersion')}): its API is not "
+        "installed or not enabled in this cluster"
+    )
+    return ApiError(exc.code, {**exc.status, "message": message})

@@ -8,7 +8,7 @@ configuration allow-lists it by name, because the operator holds cluster-wide ri
 should load into it implicitly.
 
 Order within a phase is fixed (docs/decisions.md §1): PlainML; Torch, MPI, JAX, XGBoost, Flux;
-Coscheduling, Volcano; TrainJobStatus; JobSet; then other packages' plugins by name. A built-in
+Coscheduling, Volcano, Workload; TrainJobStatus; JobSet; then other packages' plugins by name. A built-in
 behind a feature gate (``GATED``) loads only when its gate is on. pluggy calls the
 implementations of a hook last-registered-first, so registration runs in reverse.
 """
@@ -38,6 +38,7 @@ BUILTIN_PLUGINS: dict[str, str] = {
     "Flux": "trainer.plugins.flux",
     "CoScheduling": "trainer.plugins.coscheduling",
     "Volcano": "trainer.plugins.volcano",
+    "Workload": "trainer.plugins.workload",
     "TrainJobStatus": "trainer.plugins.trainjob_status",
     "JobSet": "trainer.plugins.jobset",
 }

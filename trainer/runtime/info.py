@@ -162,10 +162,23 @@ class PodSet:
 
 @dataclass
 class Scheduler:
-    """Labels and annotations gang-scheduling plugins ask every pod to carry."""
+    """Labels and annotations gang-scheduling plugins ask every pod to carry, and the group a
+    replicated job's pods join through their ``spec.schedulingGroup`` (kube-scheduler's own)."""
 
     pod_labels: dict[str, str] = field(default_factory=dict)
     pod_annotations: dict[str, str] = field(default_factory=dict)
+    scheduling_groups: dict[str, str] = field(default_factory=dict)  # replicated job -> PodGroup
+    # The group the pods would join is being made again: no pods are made or resumed until then.
+    hold_pods: bool = False
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A plugin's finding that the TrainJob cannot succeed: it fails with ``reason`` and
+    ``message``, and what runs it is stopped (as when its deadline passes)."""
+
+    reason: str
+    message: str
 
 
 @dataclass
@@ -198,6 +211,10 @@ class Info:
     # Children an update cannot change (a field their API holds immutable): deleted in the
     # foreground and built afresh once gone (``rebuild``; docs/decisions.md §resize).
     rebuilt: list[Obj] = field(default_factory=list)
+    # Set by ``fail``: the TrainJob fails now. ``requeue_after``: look again within so many
+    # seconds, for a plugin that waits for a time to pass (a gang's schedule timeout).
+    failure: Failure | None = None
+    requeue_after: float | None = None
 
     @property
     def name(self) -> str:
@@ -231,6 +248,14 @@ class Info:
         if trainer_set is not None and trainer is not None and trainer.num_nodes is not None:
             trainer_set.count = trainer.num_nodes
         return trainer_set
+
+    def fail(self, reason: str, message: str) -> None:
+        """Fail the TrainJob (a terminal condition; its JobSet is deleted): the first call wins."""
+        if self.failure is None:
+            self.failure = Failure(reason, message)
+
+    def requeue_within(self, seconds: float) -> None:
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
 
     def frozen(self, api_version: str, kind: str, name: str) -> bool:
         """True when a child exists and the TrainJob runs: then it is not rewritten.

@@ -19,7 +19,7 @@ from trainer.api.views import TrainingRuntime, TrainJob
 from trainer.runtime import conditions as cond
 from trainer.runtime.build import build_info
 from trainer.runtime.framework import Framework
-from trainer.runtime.info import ChildConflict, Facts, PluginError, controlled_by, controller_ref
+from trainer.runtime.info import ChildConflict, Facts, Failure, PluginError, controlled_by, controller_ref
 from trainer.runtime.snapshot import read_snapshot, snapshot_configmap, snapshot_name
 
 EVENT_RESOURCES_FAILED = "TrainJobResourcesCreationFailed"
@@ -54,6 +54,8 @@ class Outcome:
     # The object (as the facts hold it) whose name a child needs, which this TrainJob does not
     # control: the operator looks again, by name, when it retries (docs/decisions.md §11).
     conflict: Obj | None = None
+    # A plugin found that the TrainJob cannot succeed (Info.fail): it fails, its JobSet goes.
+    failure: Failure | None = None
 
     def requeue_within(self, seconds: float) -> None:
         self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
@@ -246,6 +248,8 @@ def render(
         )
 
     _sync_jobset_status(trainjob_obj, status, facts, framework)
+    if outcome.failure is not None and not suspended and not cond.is_finished(status):
+        _fail(trainjob_obj, conditions, outcome, outcome.failure.reason, outcome.failure.message, now)
     policy = _Policy(trainjob_obj, facts, runtime_obj)
     _check_deadline(trainjob_obj, status, outcome, now, policy)
     _set_times(
@@ -412,6 +416,9 @@ def _build(
             )
     outcome.objects.extend(built_objects)
     outcome.rebuild.extend(info.rebuilt)
+    outcome.failure = info.failure
+    if info.requeue_after is not None:
+        outcome.requeue_within(info.requeue_after)
     return runtime_obj
 
 
@@ -513,10 +520,10 @@ def _sync_jobset_status(trainjob_obj: Obj, status: Obj, facts: Facts, framework:
     if from_jobset is None:
         return  # nothing runs it yet, or it is gone after the TrainJob finished
     conditions: list[Obj] = status["conditions"]
-    deadline = cond.find(conditions, c.COND_FAILED)
-    keep_deadline = deadline is not None and deadline.get("reason") == c.REASON_DEADLINE_EXCEEDED
+    failed = cond.find(conditions, c.COND_FAILED)
+    keep_failure = failed is not None and failed.get("status") == "True"
     for new in from_jobset.get("conditions") or []:
-        if keep_deadline and new["type"] == c.COND_FAILED:
+        if keep_failure and new["type"] == c.COND_FAILED:
             continue
         current = cond.find(conditions, new["type"])
         if current is None:
@@ -546,22 +553,23 @@ def _check_deadline(trainjob_obj: Obj, status: Obj, outcome: Outcome, now: str, 
     deadline = parse_time(start_text) + timedelta(seconds=int(seconds))
     current = parse_time(now)
     if current > deadline:
-        cond.set_condition(
-            conditions,
-            {
-                "type": c.COND_FAILED,
-                "status": "True",
-                "reason": c.REASON_DEADLINE_EXCEEDED,
-                "message": c.MSG_DEADLINE_EXCEEDED,
-            },
-            now,
-        )
-        meta = trainjob_obj.get("metadata") or {}
-        outcome.delete.append((c.JOBSET_KIND, meta.get("namespace") or "default", meta.get("name", "")))
-        # Upstream applies the children, then deletes the JobSet; not creating it comes to the same.
-        outcome.objects = [obj for obj in outcome.objects if obj.get("kind") != c.JOBSET_KIND]
+        _fail(trainjob_obj, conditions, outcome, c.REASON_DEADLINE_EXCEEDED, c.MSG_DEADLINE_EXCEEDED, now)
     else:
         outcome.requeue_within(max(1.0, (deadline - current).total_seconds()))
+
+
+def _fail(
+    trainjob_obj: Obj, conditions: list[Obj], outcome: Outcome, reason: str, message: str, now: str
+) -> None:
+    """The TrainJob fails for good and what runs it goes: its deadline passed, or a plugin found
+    it cannot succeed. Its JobSet's Failed condition no longer reaches it."""
+    cond.set_condition(
+        conditions, {"type": c.COND_FAILED, "status": "True", "reason": reason, "message": message}, now
+    )
+    meta = trainjob_obj.get("metadata") or {}
+    outcome.delete.append((c.JOBSET_KIND, meta.get("namespace") or "default", meta.get("name", "")))
+    # Upstream applies the children, then deletes the JobSet; not creating it comes to the same.
+    outcome.objects = [obj for obj in outcome.objects if obj.get("kind") != c.JOBSET_KIND]
 
 
 def _tidy(status: Obj) -> Obj:

@@ -20,6 +20,7 @@ from trainer.api.views.runtime import (
     TrainingRuntime,
     TrainingRuntimeSpec,
     VolcanoPolicy,
+    WorkloadPolicy,
     XGBoostPolicy,
 )
 from trainer.api.views.trainjob import (
@@ -88,5 +89,6 @@ __all__ = [
     "TrainingRuntimeSpec",
     "TrainingRuntimeSpecPatch",
     "VolcanoPolicy",
+    "WorkloadPolicy",
     "XGBoostPolicy",
 ]

@@ -189,8 +189,21 @@ class VolcanoPolicy(View):
         return self._network_topology
 
 
+class WorkloadPolicy(View):
+    """Gang scheduling by kube-scheduler's own Workload and PodGroup (scheduling.k8s.io/v1alpha2,
+    Kubernetes 1.36 behind its GenericWorkload and GangScheduling gates); ours, upstream has no
+    such source (docs/scheduling.md)."""
+
+    __slots__ = ()
+
+    @property
+    def schedule_timeout_seconds(self) -> int | None:
+        value: int | None = self._obj.get("scheduleTimeoutSeconds")
+        return value
+
+
 class PodGroupPolicy(View):
-    __slots__ = ("_coscheduling", "_volcano")
+    __slots__ = ("_coscheduling", "_volcano", "_workload")
 
     def __init__(self, obj: dict[str, Any]) -> None:
         self._obj = obj
@@ -198,6 +211,8 @@ class PodGroupPolicy(View):
         self._coscheduling = None if value is None else CoschedulingPolicy(value)
         value = obj.get("volcano")
         self._volcano = None if value is None else VolcanoPolicy(value)
+        value = obj.get("workload")
+        self._workload = None if value is None else WorkloadPolicy(value)
 
     @property
     def coscheduling(self) -> CoschedulingPolicy | None:
@@ -206,6 +221,10 @@ class PodGroupPolicy(View):
     @property
     def volcano(self) -> VolcanoPolicy | None:
         return self._volcano
+
+    @property
+    def workload(self) -> WorkloadPolicy | None:
+        return self._workload
 
 
 class JobSetTemplateSpec(View):
