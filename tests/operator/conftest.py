@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 from operator_helpers import OPERATOR_USER
-from trainer_sandbox.backends import Cluster
+from status_helpers import ROLES, chart_cluster_roles
+from trainer_sandbox.backends import Cluster, RealCluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
+from trainer_sandbox.ports import free_port
 
 from trainer.controller.config import Configuration
 
@@ -37,3 +39,26 @@ def operator_kubeconfig(cluster: Cluster, tmp_path: Path) -> Path:
 def operator(operator_kubeconfig: Path, cluster: Cluster) -> Iterator[EmbeddedOperator]:
     with EmbeddedOperator(operator_kubeconfig, Configuration(), namespaces=[cluster.namespace]) as op:
         yield op
+
+
+@pytest.fixture
+def status_operator(real: RealCluster, tmp_path: Path) -> Iterator[tuple[EmbeddedOperator, int]]:
+    """The operator with the gate on, holding exactly the chart's ClusterRoles for it (the real RBAC
+    authorizer checks every call, the status server's TokenReviews and pod reads among them)."""
+    real.add_user(OPERATOR_USER, ["system:serviceaccounts"])
+    roles = chart_cluster_roles()
+    assert sorted(r["metadata"]["name"] for r in roles) == sorted(ROLES)
+    for role in roles:
+        name = f"{role['metadata']['name']}-{real.namespace}"[:63]
+        real.create({**role, "metadata": {"name": name}})
+        real.grant(OPERATOR_USER, name)
+    kubeconfig = real.write_kubeconfig(tmp_path / "operator.kubeconfig", user=OPERATOR_USER)
+    port = free_port()
+    config = Configuration.model_validate(
+        {
+            "featureGates": {"TrainJobStatus": True},
+            "statusServer": {"host": "127.0.0.1", "port": port, "advertisedURL": f"https://127.0.0.1:{port}"},
+        }
+    )
+    with EmbeddedOperator(kubeconfig, config, namespaces=[real.namespace]) as op:
+        yield op, port

@@ -2,22 +2,28 @@
 trials as TrainJobs, at most ``parallelTrials`` at once, reads each finished trial's metric from
 its ``status.trainerStatus`` and reports the best; deleting the search deletes its trials.
 
-Here the test writes each trial's metric into its TrainJob's ``status.trainerStatus``, as the
-status server does when the trial's pod reports it (tests/operator/test_status_server_e2e.py
-proves that path); the trial's pods run for ``SANDBOX_RUN_SECONDS`` and succeed.
+On both backends the test writes each trial's metric into its TrainJob's
+``status.trainerStatus``, as the status server does when the trial's pod reports it; on the real
+control plane one search also takes the pod's own path: each trial's pod posts its metric to the
+operator's status server with the token its projected volume would hold. The trial's pods run for
+``SANDBOX_RUN_SECONDS`` and succeed (tests/nodes/test_training.py runs a search whose training
+script reports its metric itself, on real nodes).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+import requests
 from operator_helpers import TJ, get_or_none, wait_for
-from trainer_sandbox.backends import Cluster
+from status_helpers import JOBSET_LABEL, audience, token_for
+from trainer_sandbox.backends import Cluster, RealCluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
 
 from trainer.api import constants as c
@@ -64,7 +70,7 @@ def finished(trainjob: Obj) -> bool:
     return cond.is_true(conditions, c.COND_COMPLETE) or cond.is_true(conditions, c.COND_FAILED)
 
 
-def report(cluster: Cluster, trainjob: Obj, value: float) -> None:
+def report(cluster: Cluster, trainjob: Obj, value: float) -> bool:
     """What the status server writes when the trial's pod reports its metric."""
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     cluster.patch(
@@ -81,11 +87,18 @@ def report(cluster: Cluster, trainjob: Obj, value: float) -> None:
         },
         subresource="status",
     )
+    return True
 
 
-def drive(cluster: Cluster, name: str, score: Any, timeout: float = 150) -> tuple[Obj, int]:
+Reporter = Callable[[Cluster, Obj, float], bool]
+
+
+def drive(
+    cluster: Cluster, name: str, score: Any, timeout: float = 150, reporter: Reporter = report
+) -> tuple[Obj, int]:
     """Report each trial's score (``score`` of its parameters, or None for no report) while the
-    search runs; return the search once it has ended, and the most trials seen unfinished at once."""
+    search runs, by ``reporter`` (False: not yet, try again); return the search once it has ended,
+    and the most trials seen unfinished at once."""
     reported: set[str] = set()
     most = 0
     deadline = time.monotonic() + timeout
@@ -98,8 +111,8 @@ def drive(cluster: Cluster, name: str, score: Any, timeout: float = 150) -> tupl
                 continue
             values = trial["metadata"]["annotations"][c.TRIAL_PARAMETERS_ANNOTATION]
             value = score(json.loads(values))
-            if value is not None:
-                report(cluster, trial, value)
+            if value is not None and not reporter(cluster, trial, value):
+                continue
             reported.add(trial_name)
         search = cluster.get(OJ, "OptimizationJob", name)
         conditions = (search.get("status") or {}).get("conditions")
@@ -270,3 +283,71 @@ def test_a_restart_mid_search_loses_and_duplicates_no_trial(
     after = {t["metadata"]["name"]: t["metadata"]["uid"] for t in trials(cluster, "restarted")}
     assert sorted(after) == [f"restarted-trial-{i}" for i in range(4)]
     assert {k: after[k] for k in first} == first, "the first wave's trials were kept, not made again"
+
+
+def through_the_status_server(tmp_path: Path) -> Reporter:
+    """How a trial's pod reports its metric: the token its projected volume would hold (bound to
+    the pod, the trial's audience), POSTed to the URL in its env with the CA it mounts. Not yet
+    (False) while the trial has no running pod."""
+
+    def post(cluster: Cluster, trainjob: Obj, value: float) -> bool:
+        real = cast(RealCluster, cluster)
+        name = trainjob["metadata"]["name"]
+        pod = next(
+            (
+                p
+                for p in real.list("v1", "Pod")
+                if (p["metadata"].get("labels") or {}).get(JOBSET_LABEL) == name
+                and (p.get("status") or {}).get("phase") == "Running"
+            ),
+            None,
+        )
+        tls = get_or_none(real, "v1", "ConfigMap", f"{name}-tls-config")
+        if pod is None or tls is None:
+            return False
+        node = next(ct for ct in pod["spec"]["containers"] if ct["name"] == "node")
+        url = next(e["value"] for e in node["env"] if e["name"] == "KUBEFLOW_TRAINER_SERVER_URL")
+        ca = tmp_path / f"{name}-ca.crt"
+        ca.write_text(tls["data"]["ca.crt"])
+        token = token_for(real, pod, audience(real.namespace, name))
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")  # required, as the SDK sends it
+        body = {
+            "trainerStatus": {"metrics": [{"name": "score", "value": repr(value)}], "lastUpdatedTime": now}
+        }
+        answer = requests.post(
+            url, json=body, headers={"Authorization": f"Bearer {token}"}, verify=str(ca), timeout=10
+        )
+        assert answer.ok, answer.text
+        return True
+
+    return post
+
+
+def test_trials_report_their_metric_through_the_status_server(
+    real: RealCluster, status_operator: tuple[EmbeddedOperator, int], tmp_path: Path
+) -> None:
+    """The path a trial's metric takes on a cluster: each trial's pod (kwok runs it) reports to the
+    operator's status server with its own token, and the search reads what the server wrote."""
+    name = "served"
+    search_spec = optimizationjob(
+        name,
+        searchAlgorithm={"random": {"seed": 5}},
+        parameters=UNIT_SQUARE,
+        numTrials=4,
+        parallelTrials=2,
+    )
+    trainer = search_spec["spec"]["trainJobTemplate"]["spec"]["trainer"]
+    trainer["env"] = [{"name": "SANDBOX_RUN_SECONDS", "value": "10"}]  # time to post while it runs
+    real.create(search_spec)
+    search, most = drive(real, name, smooth, timeout=240, reporter=through_the_status_server(tmp_path))
+    assert most <= 2
+    status = search["status"]
+    assert status["trials"] == {"created": 4, "running": 0, "succeeded": 4, "failed": 0}
+    scores = {
+        t["metadata"]["name"]: smooth(json.loads(t["metadata"]["annotations"][c.TRIAL_PARAMETERS_ANNOTATION]))
+        for t in trials(real, name)
+    }
+    assert status["result"]["trainJobName"] == max(scores, key=lambda trial: scores[trial])
+    for trial in trials(real, name):
+        written = trial["status"]["trainerStatus"]["metrics"]
+        assert written == [{"name": "score", "value": repr(scores[trial["metadata"]["name"]])}]

@@ -16,104 +16,19 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import requests
 from cluster_helpers import kubectl
 from operator_helpers import OPERATOR_USER, TJ, get_or_none, trainjob, wait_for
+from status_helpers import audience, running_pod, token_for
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.embedded_operator import EmbeddedOperator
-from trainer_sandbox.ports import free_port
-
-from trainer.controller.config import Configuration
 
 Obj = dict[str, Any]
 JS = "jobset.x-k8s.io/v1alpha2"
 RUN_FOREVER = [{"name": "SANDBOX_RUN_SECONDS", "value": "-1"}]
-JOBSET_LABEL = "jobset.sigs.k8s.io/jobset-name"
-
-
-def audience(namespace: str, name: str) -> str:
-    return f"trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs/{name}/status"
-
-
-def chart_cluster_roles() -> list[Obj]:
-    """The chart's ClusterRoles for the operator with the TrainJobStatus gate on."""
-    root = Path(__file__).resolve().parents[2]
-    for folder in (root / "tests" / "chart", root / "charts" / "tools"):
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-    import chart_harness as h
-
-    objects = h.render({"manager": {"config": {"featureGates": {"TrainJobStatus": True}}}})
-    return [o for o in h.find(objects, "ClusterRole") if o["metadata"]["name"] in ROLES]
-
-
-ROLES = ("kubeflow-trainer-controller-manager", "kubeflow-trainer-status-server")
-
-
-@pytest.fixture
-def status_operator(real: RealCluster, tmp_path: Path) -> Iterator[tuple[EmbeddedOperator, int]]:
-    """The operator with the gate on, holding exactly the chart's ClusterRoles for it (the real RBAC
-    authorizer checks every call, the status server's TokenReviews and pod reads among them)."""
-    real.add_user(OPERATOR_USER, ["system:serviceaccounts"])
-    roles = chart_cluster_roles()
-    assert sorted(r["metadata"]["name"] for r in roles) == sorted(ROLES)
-    for role in roles:
-        name = f"{role['metadata']['name']}-{real.namespace}"[:63]
-        real.create({**role, "metadata": {"name": name}})
-        real.grant(OPERATOR_USER, name)
-    kubeconfig = real.write_kubeconfig(tmp_path / "operator.kubeconfig", user=OPERATOR_USER)
-    port = free_port()
-    config = Configuration.model_validate(
-        {
-            "featureGates": {"TrainJobStatus": True},
-            "statusServer": {"host": "127.0.0.1", "port": port, "advertisedURL": f"https://127.0.0.1:{port}"},
-        }
-    )
-    with EmbeddedOperator(kubeconfig, config, namespaces=[real.namespace]) as op:
-        yield op, port
-
-
-def running_pod(real: RealCluster, name: str) -> Obj:
-    """A pod of the TrainJob's JobSet, once it exists (kwok marks it running)."""
-
-    def find() -> Obj | None:
-        pods = [
-            p for p in real.list("v1", "Pod") if (p["metadata"].get("labels") or {}).get(JOBSET_LABEL) == name
-        ]
-        return pods[0] if pods else None
-
-    pod: Obj = wait_for(find, timeout=90, interval=0.3, what=f"a pod of {name}")
-    return pod
-
-
-def token_for(real: RealCluster, pod: Obj, aud: str) -> str:
-    """What the kubelet would put in the pod's projected volume: a token bound to the pod."""
-    meta = pod["metadata"]
-    account = pod["spec"].get("serviceAccountName") or "default"
-    issued = real.http.request(
-        "POST",
-        f"/api/v1/namespaces/{meta['namespace']}/serviceaccounts/{account}/token",
-        {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {
-                "audiences": [aud],
-                "expirationSeconds": 3600,
-                "boundObjectRef": {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "name": meta["name"],
-                    "uid": meta["uid"],
-                },
-            },
-        },
-    )
-    return str(issued["status"]["token"])
 
 
 def _b64(data: bytes) -> str:
