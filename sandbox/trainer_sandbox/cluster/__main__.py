@@ -22,7 +22,12 @@ def _echo(line: str) -> None:
 
 
 def up(
-    directory: Path, bin_dir: Path | None, timeout: float, real_nodes: int = 0, trainer_objects: bool = True
+    directory: Path,
+    bin_dir: Path | None,
+    timeout: float,
+    real_nodes: int = 0,
+    trainer_objects: bool = True,
+    gang: bool = False,
 ) -> int:
     try:
         cp = ControlPlane.start(
@@ -32,6 +37,7 @@ def up(
             timeout=timeout,
             real_nodes=real_nodes,
             trainer_objects=trainer_objects,
+            gang=gang,
         )
     except (StartError, AlreadyRunning, RuntimeError) as e:
         print(f"cluster up failed: {e}", file=sys.stderr)
@@ -81,12 +87,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="leave out the trainer CRDs and default runtimes, for `helm install` of the chart",
     )
+    p_up.add_argument(
+        "--gang",
+        action="store_true",
+        help="turn on kube-scheduler's gang scheduling (Workload and PodGroup, scheduling.k8s.io/v1alpha2)",
+    )
     p_down = sub.add_parser("down", help="stop every process `up` started in DIR")
     p_down.add_argument("--dir", type=Path, default=default_dir(), help="state directory (default: .cluster)")
     p_down.add_argument("--grace", type=float, default=10.0, help="seconds between SIGTERM and SIGKILL")
     args = parser.parse_args(argv)
     if args.command == "up":
-        return up(args.dir, args.bin_dir, args.timeout, args.real_nodes, not args.no_trainer_objects)
+        return up(
+            args.dir, args.bin_dir, args.timeout, args.real_nodes, not args.no_trainer_objects, args.gang
+        )
     return down(args.dir, args.grace)
 
 

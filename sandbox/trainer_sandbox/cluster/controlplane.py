@@ -39,6 +39,12 @@ from trainer_sandbox.ports import free_ports
 REPO_ROOT = Path(__file__).resolve().parents[3]
 GO_MODULE = REPO_ROOT / "cluster"
 STATE_FILE = "cluster.json"
+# Kubernetes 1.36's own gang scheduling (Workload and PodGroup, scheduling.k8s.io/v1alpha2): alpha
+# gates every component that reads or serves the API needs, and the API itself (docs/scheduling.md).
+GANG_FEATURE_GATES = "GenericWorkload=true,GangScheduling=true"
+GANG_API = "scheduling.k8s.io/v1alpha2=true"
+# What keeps a PodGroup until its pods are gone; it runs only where the gates are on.
+GANG_CONTROLLERS = ("podgroup-protection-controller",)
 COMPONENT_TIMEOUT = 120.0  # seconds from launch to healthy, per component (2 busy cores start slowly)
 SERVICE_ACCOUNT_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROLLERS = (
@@ -164,6 +170,7 @@ class ControlPlane:
         real_nodes: int = 0,
         trainer_objects: bool = True,
         pod_logs: bool = True,
+        gang: bool = False,
     ) -> ControlPlane:
         """Start a fresh cluster in ``directory`` (default ``.cluster`` in the repository) and return
         once every component is healthy; ``echo`` receives one line per component as it is.
@@ -172,6 +179,8 @@ class ControlPlane:
         ConfigMap, for an install of the chart (Helm adopts nothing it did not make).
         ``pod_logs=False`` leaves out the writer of kwok pods' logs (``podlogs``: one object and
         one file per pod), for benchmarks that count the API server's work per pod.
+        ``gang=True`` turns on kube-scheduler's gang scheduling (``GANG_FEATURE_GATES`` in the API
+        server, the controller manager and the scheduler, and the API they serve).
 
         On any failure everything started so far is stopped before the error propagates.
         """
@@ -179,7 +188,14 @@ class ControlPlane:
         directory = directory.resolve()
         binaries = Path(bin_dir) if bin_dir is not None else build_binaries()
         starter = _Starter(
-            directory, binaries, echo or (lambda _line: None), timeout, real_nodes, trainer_objects, pod_logs
+            directory,
+            binaries,
+            echo or (lambda _line: None),
+            timeout,
+            real_nodes,
+            trainer_objects,
+            pod_logs,
+            gang,
         )
         try:
             return starter.run()
@@ -304,7 +320,9 @@ class _Starter:
         real_nodes: int = 0,
         trainer_objects: bool = True,
         pod_logs: bool = True,
+        gang: bool = False,
     ) -> None:
+        self.gang = gang
         self.trainer_objects = trainer_objects
         self.pod_logs = pod_logs
         self.prepared = False
@@ -596,7 +614,12 @@ class _Starter:
             # call webhooks (and aggregated APIs) at their endpoints' pod IPs, which the host
             # routes to the nodes.
             *(["--enable-aggregator-routing=true"] if self.pool else []),
+            *self._gang_argv(),
+            *([f"--runtime-config={GANG_API}"] if self.gang else []),
         ]
+
+    def _gang_argv(self) -> list[str]:
+        return [f"--feature-gates={GANG_FEATURE_GATES}"] if self.gang else []
 
     def _controller_manager_argv(self, pki: Pki, kubeconfig: Path) -> list[str]:
         return [
@@ -608,12 +631,20 @@ class _Starter:
             f"--secure-port={self.kcm_port}",
             f"--tls-cert-file={pki.controller_manager_serving.cert}",
             f"--tls-private-key-file={pki.controller_manager_serving.key}",
-            f"--controllers={','.join(CONTROLLERS + (nodepool.CONTROLLERS if self.pool else ()))}",
+            f"--controllers={','.join(self._controllers())}",
             "--use-service-account-credentials=true",
             "--leader-elect=false",
             f"--service-account-private-key-file={pki.sa_key}",
             f"--root-ca-file={pki.ca.cert}",
+            *self._gang_argv(),
         ]
+
+    def _controllers(self) -> tuple[str, ...]:
+        return (
+            CONTROLLERS
+            + (nodepool.CONTROLLERS if self.pool else ())
+            + (GANG_CONTROLLERS if self.gang else ())
+        )
 
     def _scheduler_argv(self, pki: Pki, kubeconfig: Path) -> list[str]:
         return [
@@ -626,6 +657,7 @@ class _Starter:
             f"--tls-cert-file={pki.scheduler_serving.cert}",
             f"--tls-private-key-file={pki.scheduler_serving.key}",
             "--leader-elect=false",
+            *self._gang_argv(),
         ]
 
     def _kwok_argv(self, kubeconfig: Path, pki: Pki) -> list[str]:
