@@ -73,6 +73,11 @@ SKIPPED: dict[str, list[tuple[str, str]]] = {
             "takes minutes",
         ),
         (
+            ".venv/bin/python bench/operator_load.py --controller ours --controller upstream --phases scale "
+            "--scale-counts 1000,10000",
+            "takes minutes",
+        ),
+        (
             ".venv/bin/python bench/operator_load.py --controller ours --controller upstream --runs 3",
             "takes minutes",
         ),
