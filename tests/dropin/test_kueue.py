@@ -294,8 +294,12 @@ def test_a_trainjob_queued_with_a_ttl_is_deleted_after_it_finishes(cluster: Real
     """Kueue admits it by an update built from upstream's types, which have no TTL field."""
     cluster.create(trainjob("ttl", ttlSecondsAfterFinished=3))
     wait_for(lambda: workload_condition(workload(cluster, "ttl"), "Admitted"), "ttl admitted")
-    kept = cluster.get(TJ, "TrainJob", "ttl")
-    assert kept["spec"]["suspend"] is False and kept["spec"]["ttlSecondsAfterFinished"] == 3
+    # Kueue marks its Workload admitted, then unsuspends the TrainJob in an update of its own.
+    kept = wait_for(
+        lambda: (found := cluster.get(TJ, "TrainJob", "ttl"))["spec"]["suspend"] is False and found,
+        "ttl unsuspended by Kueue",
+    )
+    assert kept["spec"]["ttlSecondsAfterFinished"] == 3
     updates = [
         r
         for r in cluster.audit_since(cluster.start_mark)
