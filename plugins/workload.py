@@ -59,7 +59,8 @@ class WorkloadPlugin:
             return
         for pod_set in gang(info):
             info.scheduler.scheduling_groups[pod_set.name] = info.name
-        if any(action in (REBUILD, WAIT) for _, _, action in plan(info)):
+        _, entries = plan(info)
+        if any(action in (REBUILD, WAIT) for _, _, action in entries):
             # Pods made now would join the old PodGroup (or none): they wait for the new one.
             info.scheduler.hold_pods = True
 
@@ -68,14 +69,15 @@ class WorkloadPlugin:
         policy = _policy(info)
         if policy is None:
             return None
+        min_count, entries = plan(info)
         built: list[Obj] = []
-        for obj, existing, action in plan(info):
+        for obj, existing, action in entries:
             if action == BUILD:
                 built.append(obj)  # new, or as it should be: then the writer writes nothing
             elif action == REBUILD and existing is not None:
                 info.rebuild(existing)
         if not info.scheduler.hold_pods:
-            _check_timeout(info, policy, quorum(info))
+            _check_timeout(info, policy, min_count)
         return built
 
 
@@ -83,9 +85,9 @@ class WorkloadPlugin:
 BUILD, KEEP, REBUILD, WAIT = "build", "keep", "rebuild", "wait"
 
 
-def plan(info: Info) -> list[tuple[Obj, Obj | None, str]]:
-    """The Workload and the PodGroup as they should be, each with the one that exists and what
-    to do. Both specs are immutable. While pods run, the scheduler acts on them: kept as they are.
+def plan(info: Info) -> tuple[int, list[tuple[Obj, Obj | None, str]]]:
+    """``minCount``, and the Workload and the PodGroup as they should be, each with the one that
+    exists and what to do. Both specs are immutable. While pods run, the scheduler acts on them: kept as they are.
     While none run (no JobSet, a suspended one, one being deleted), one whose spec is out of date
     (numNodes changed while suspended, docs/decisions.md §resize) or on which the scheduler has
     already given a verdict (a condition from the last run) is made again, and its pods wait."""
@@ -105,7 +107,7 @@ def plan(info: Info) -> list[tuple[Obj, Obj | None, str]]:
             found.append((obj, existing, REBUILD))
         else:
             found.append((obj, existing, KEEP if stale or going else BUILD))
-    return found
+    return min_count, found
 
 
 def _policy(info: Info) -> WorkloadPolicy | None:

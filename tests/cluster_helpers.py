@@ -4,15 +4,29 @@ module name, as the tests' other top-level helpers."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import pytest
 from trainer_sandbox.backends import RealCluster
 from trainer_sandbox.cluster import ControlPlane
 
 TJ = "trainer.kubeflow.org/v1alpha1"
+
+
+def require_go(what: str = "the real control plane is") -> None:
+    """Skip without Go, naming why; in CI (``CI`` set) fail instead: there the point is to know
+    that what is built from cluster/go.mod works."""
+    if shutil.which("go"):
+        return
+    reason = f"go is not on PATH: {what} built from cluster/go.mod with it"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set, so this is an error, not a skip: {reason}")
+    pytest.skip(reason)
 
 
 def real_cluster(plane: ControlPlane, namespace: str) -> RealCluster:

@@ -6,22 +6,12 @@ or a failed build fails them: the point there is to know the real cluster works.
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cluster_helpers import require_go
 from trainer_sandbox.cluster import ControlPlane, build_binaries
-
-
-def require_go() -> None:
-    if shutil.which("go"):
-        return
-    reason = "go is not on PATH: the real control plane is built from cluster/go.mod with it"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set, so this is an error, not a skip: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

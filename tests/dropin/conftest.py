@@ -8,24 +8,14 @@ in CI that is a failure.
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
+from cluster_helpers import require_go
 from trainer_sandbox.cluster import build_binaries
-
-
-def require_go() -> None:
-    if shutil.which("go"):
-        return
-    reason = "go is not on PATH: upstream's controller and Kueue are built from cluster/go.mod with it"
-    if os.environ.get("CI"):
-        pytest.fail(f"CI is set, so this is an error, not a skip: {reason}")
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="module")
 def bin_dir() -> Path:
-    require_go()
+    require_go("upstream's controller and Kueue are")
     return build_binaries()

@@ -5,19 +5,14 @@ skips these tests with the reason; in CI that is a failure."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from pathlib import Path
 
 import pytest
+from cluster_helpers import require_go
 from trainer_sandbox.cluster import build_binaries
 
 
 @pytest.fixture(scope="module")
 def bin_dir() -> Path:
-    if not shutil.which("go"):
-        reason = "go is not on PATH: the real control plane is built from cluster/go.mod with it"
-        if os.environ.get("CI"):
-            pytest.fail(f"CI is set, so this is an error, not a skip: {reason}")
-        pytest.skip(reason)
+    require_go()
     return build_binaries()

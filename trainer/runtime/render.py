@@ -520,11 +520,9 @@ def _sync_jobset_status(trainjob_obj: Obj, status: Obj, facts: Facts, framework:
     if from_jobset is None:
         return  # nothing runs it yet, or it is gone after the TrainJob finished
     conditions: list[Obj] = status["conditions"]
-    failed = cond.find(conditions, c.COND_FAILED)
-    keep_failure = failed is not None and failed.get("status") == "True"
     for new in from_jobset.get("conditions") or []:
-        if keep_failure and new["type"] == c.COND_FAILED:
-            continue
+        # A True condition stays as it is: a Failed of ours (a deadline, a plugin's) keeps its
+        # reason when the JobSet, deleted for it, reports failing too.
         current = cond.find(conditions, new["type"])
         if current is None:
             conditions.append(dict(new))
